@@ -1,0 +1,137 @@
+//! Process-wide name interning.
+//!
+//! Records carry a [`NameId`] (4 bytes, `Copy`) instead of a `String`, so recording allocates nothing.
+//! A name is interned once (per callsite, per kernel symbol) and resolved once per trace by the exporter
+//! through a [`NameTable`] snapshot. The table is bounded: past [`MAX_NAMES`] distinct names, new names
+//! map to [`NameId::OVERFLOW`] so a job that invents names forever cannot grow our memory forever.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, RwLock};
+
+/// Most distinct names the process-wide table holds.
+pub const MAX_NAMES: usize = 1 << 20;
+
+/// An interned name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NameId(pub u32);
+
+impl NameId {
+    /// The name given to everything interned after the table filled up.
+    pub const OVERFLOW: NameId = NameId(0);
+
+    /// Interns `name` (see [`intern`]).
+    pub fn new(name: &str) -> NameId {
+        intern(name)
+    }
+
+    /// The name this id stands for.
+    pub fn resolve(self) -> Arc<str> {
+        resolve(self)
+    }
+}
+
+struct Interner {
+    ids: HashMap<Arc<str>, NameId>,
+    names: Vec<Arc<str>>,
+}
+
+fn table() -> &'static RwLock<Interner> {
+    static TABLE: OnceLock<RwLock<Interner>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let overflow: Arc<str> = Arc::from("<too many distinct names>");
+        RwLock::new(Interner {
+            ids: HashMap::from([(overflow.clone(), NameId::OVERFLOW)]),
+            names: vec![overflow],
+        })
+    })
+}
+
+/// Returns the id for `name`, adding it on first sight.
+pub fn intern(name: &str) -> NameId {
+    // A poisoned lock only means a panic elsewhere while holding it; the map is still consistent
+    // because every mutation below is a single insert.
+    if let Some(id) = table()
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .ids
+        .get(name)
+    {
+        return *id;
+    }
+    let mut t = table().write().unwrap_or_else(|e| e.into_inner());
+    if let Some(id) = t.ids.get(name) {
+        return *id;
+    }
+    if t.names.len() >= MAX_NAMES {
+        return NameId::OVERFLOW;
+    }
+    let id = NameId(t.names.len() as u32);
+    let name: Arc<str> = Arc::from(name);
+    t.names.push(name.clone());
+    t.ids.insert(name, id);
+    id
+}
+
+/// Interns a name given as bytes that may not be UTF-8 (CUPTI kernel names are C strings); invalid
+/// sequences become U+FFFD.
+pub fn intern_bytes(name: &[u8]) -> NameId {
+    intern(&String::from_utf8_lossy(name))
+}
+
+/// Resolves one id. For many ids take a [`NameTable`] instead.
+pub fn resolve(id: NameId) -> Arc<str> {
+    let t = table().read().unwrap_or_else(|e| e.into_inner());
+    t.names
+        .get(id.0 as usize)
+        .cloned()
+        .unwrap_or_else(|| t.names[0].clone())
+}
+
+/// A snapshot of every name interned so far, for resolving many ids without locking.
+#[derive(Clone)]
+pub struct NameTable {
+    names: Vec<Arc<str>>,
+}
+
+impl NameTable {
+    /// Takes the snapshot.
+    pub fn snapshot() -> NameTable {
+        NameTable {
+            names: table()
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .names
+                .clone(),
+        }
+    }
+
+    /// The name for `id`; ids interned after the snapshot fall back to a lookup.
+    pub fn get(&self, id: NameId) -> std::borrow::Cow<'_, str> {
+        match self.names.get(id.0 as usize) {
+            Some(n) => std::borrow::Cow::Borrowed(n),
+            None => std::borrow::Cow::Owned(resolve(id).to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_name_same_id() {
+        let a = intern("aten::mm");
+        let b = intern("aten::mm");
+        let c = intern("aten::add");
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(&*resolve(a), "aten::mm");
+        assert_eq!(NameTable::snapshot().get(c), "aten::add");
+    }
+
+    #[test]
+    fn non_utf8_names_survive() {
+        let id = intern_bytes(b"k\xffernel");
+        assert_eq!(&*resolve(id), "k\u{fffd}ernel");
+    }
+}

@@ -1,0 +1,267 @@
+//! The recording hot path: a process-wide on/off word and one ring per recording thread.
+//!
+//! "Profiler inactive" costs one `Relaxed` load of [`STATE`]. When active, a thread's first event
+//! creates its ring (one allocation per thread, never per event) and registers the reading end with
+//! the process-wide [`registry`], which the collector drains.
+
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use crate::activity::{Activity, CpuSpan, Detail};
+use crate::clock::UnixNanos;
+use crate::intern::NameId;
+use crate::ring::{ring, RingReader, RingWriter};
+
+/// Whether recording is on (the session is in WARMUP or RECORD). Relaxed everywhere: a thread that
+/// sees the change a little late records or skips a few events at the window edge, which the collector
+/// filters by timestamp anyway.
+static STATE: AtomicBool = AtomicBool::new(false);
+
+/// Slots in each thread's ring (set by the session before it turns recording on).
+static RING_CAPACITY: AtomicUsize = AtomicUsize::new(DEFAULT_RING_CAPACITY);
+
+/// Default slots per thread ring (each slot is one [`CpuRecord`], about 130 bytes).
+pub const DEFAULT_RING_CAPACITY: usize = 1 << 14;
+
+/// Source of span ids (`External id`s). Starts at 1 so 0 never appears.
+static NEXT_SPAN_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Whether recording is on.
+#[inline(always)]
+pub fn is_active() -> bool {
+    STATE.load(Ordering::Relaxed)
+}
+
+/// Turns recording on or off. Called by the session.
+pub fn set_active(on: bool) {
+    STATE.store(on, Ordering::Relaxed);
+}
+
+/// Sets the capacity of rings created from now on.
+pub fn set_ring_capacity(slots: usize) {
+    RING_CAPACITY.store(slots.max(2), Ordering::Relaxed);
+}
+
+/// A fresh span id, unique in this process.
+#[inline]
+pub fn next_span_id() -> u64 {
+    // Relaxed: only uniqueness matters, which the RMW gives regardless of ordering.
+    NEXT_SPAN_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// One entry in a thread's ring.
+#[derive(Clone, Copy, Debug)]
+pub enum CpuRecord {
+    /// A finished record.
+    Complete(Activity),
+    /// The start of a span whose end comes later as [`CpuRecord::End`] with the same id (the
+    /// `tracing` layer records enter and exit separately).
+    Begin {
+        /// Span name.
+        name: NameId,
+        /// `true` for `user_annotation`, `false` for `cpu_op`.
+        annotation: bool,
+        /// Start time.
+        start: UnixNanos,
+        /// Span id (its `External id`).
+        id: u64,
+    },
+    /// The end of a span begun with [`CpuRecord::Begin`].
+    End {
+        /// End time.
+        end: UnixNanos,
+        /// Span id.
+        id: u64,
+    },
+}
+
+/// The reading end of one thread's ring, as the collector sees it.
+pub struct ThreadRing {
+    /// OS process id of the recording thread.
+    pub pid: u32,
+    /// OS thread id of the recording thread.
+    pub tid: u32,
+    /// The thread's name, if it had one.
+    pub thread_name: Option<String>,
+    /// The reading end.
+    pub reader: RingReader<CpuRecord>,
+}
+
+/// Every thread ring created so far whose reader has not been retired.
+pub fn registry() -> MutexGuard<'static, Vec<ThreadRing>> {
+    static REGISTRY: OnceLock<Mutex<Vec<ThreadRing>>> = OnceLock::new();
+    REGISTRY
+        .get_or_init(|| Mutex::new(Vec::new()))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+struct Local {
+    writer: RingWriter<CpuRecord>,
+    pid: u32,
+    tid: u32,
+}
+
+thread_local! {
+    static LOCAL: RefCell<Option<Local>> = const { RefCell::new(None) };
+    /// The innermost open span on this thread, which API calls and GPU work launched now link to.
+    static CURRENT_EXTERNAL_ID: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The OS thread id of the calling thread.
+pub fn current_tid() -> u32 {
+    thread_local! {
+        static TID: u32 = os_tid();
+    }
+    TID.with(|t| *t)
+}
+
+#[cfg(target_os = "linux")]
+fn os_tid() -> u32 {
+    // /proc/thread-self resolves to /proc/<pid>/task/<tid> without any unsafe syscall wrapper.
+    std::fs::read_link("/proc/thread-self")
+        .ok()
+        .and_then(|p| p.file_name()?.to_str()?.parse().ok())
+        .unwrap_or_else(std::process::id)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn os_tid() -> u32 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    std::process::id().wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed) as u32)
+}
+
+/// Pushes a record into the calling thread's ring, creating the ring on first use. Returns `false`
+/// (and counts a drop) when the ring is full.
+#[inline]
+pub fn push(record: CpuRecord) -> bool {
+    push_with(|_, _| record)
+}
+
+/// Like [`push`], for records that need this thread's (pid, tid): `make` receives them.
+#[inline]
+pub fn push_with(make: impl FnOnce(u32, u32) -> CpuRecord) -> bool {
+    LOCAL
+        .try_with(|local| {
+            let mut local = match local.try_borrow_mut() {
+                Ok(l) => l,
+                // Re-entered from inside a push (a signal handler, say): drop rather than deadlock.
+                Err(_) => return false,
+            };
+            let l = local.get_or_insert_with(register_this_thread);
+            let record = make(l.pid, l.tid);
+            l.writer.try_push(record).is_ok()
+        })
+        // The thread is being torn down: its ring is gone.
+        .unwrap_or(false)
+}
+
+#[cold]
+fn register_this_thread() -> Local {
+    let (writer, reader) = ring(RING_CAPACITY.load(Ordering::Relaxed));
+    let pid = std::process::id();
+    let tid = current_tid();
+    registry().push(ThreadRing {
+        pid,
+        tid,
+        thread_name: std::thread::current().name().map(str::to_owned),
+        reader,
+    });
+    Local { writer, pid, tid }
+}
+
+/// The `External id` API calls made now on this thread link to, if any.
+#[inline]
+pub fn current_external_id() -> Option<u64> {
+    let id = CURRENT_EXTERNAL_ID.try_with(|c| c.get()).unwrap_or(0);
+    (id != 0).then_some(id)
+}
+
+/// Makes `id` the current external id and returns the previous one (to pass to
+/// [`restore_external_id`]).
+#[inline]
+pub fn push_external_id(id: u64) -> u64 {
+    CURRENT_EXTERNAL_ID.try_with(|c| c.replace(id)).unwrap_or(0)
+}
+
+/// Restores the external id saved by [`push_external_id`].
+#[inline]
+pub fn restore_external_id(previous: u64) {
+    let _ = CURRENT_EXTERNAL_ID.try_with(|c| c.set(previous));
+}
+
+/// An open CPU span; records one `user_annotation` (or `cpu_op`) when dropped.
+///
+/// Created inactive (costing one load) when the profiler is off.
+#[must_use = "the span ends when this guard is dropped"]
+pub struct SpanGuard {
+    open: Option<OpenSpan>,
+}
+
+struct OpenSpan {
+    name: NameId,
+    annotation: bool,
+    start: UnixNanos,
+    id: u64,
+    previous_external_id: u64,
+}
+
+impl SpanGuard {
+    /// Opens a span named `name`: a `user_annotation` if `annotation`, else a `cpu_op`.
+    #[inline]
+    pub fn enter(name: NameId, annotation: bool) -> SpanGuard {
+        if !is_active() {
+            return SpanGuard { open: None };
+        }
+        Self::enter_active(name, annotation)
+    }
+
+    #[inline(never)]
+    fn enter_active(name: NameId, annotation: bool) -> SpanGuard {
+        let id = next_span_id();
+        let previous_external_id = push_external_id(id);
+        SpanGuard {
+            open: Some(OpenSpan {
+                name,
+                annotation,
+                start: UnixNanos::now(),
+                id,
+                previous_external_id,
+            }),
+        }
+    }
+
+    /// The span's id (`External id`), if it is recording.
+    pub fn id(&self) -> Option<u64> {
+        self.open.as_ref().map(|o| o.id)
+    }
+}
+
+impl Drop for SpanGuard {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(o) = self.open.take() {
+            let end = UnixNanos::now();
+            restore_external_id(o.previous_external_id);
+            push_with(|pid, tid| {
+                let span = CpuSpan {
+                    name: o.name,
+                    pid,
+                    tid,
+                };
+                CpuRecord::Complete(Activity {
+                    start: o.start,
+                    end,
+                    correlation: None,
+                    external_id: Some(o.id),
+                    detail: if o.annotation {
+                        Detail::UserAnnotation(span)
+                    } else {
+                        Detail::CpuOp(span)
+                    },
+                })
+            });
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! The two seams of the pipeline: where records come from ([`ActivitySource`]) and where a finished
+//! window's records go ([`Sink`]).
+//!
+//! Both traits have default bodies for everything optional, so a backend implements only what it
+//! supports (the way `tracing_subscriber::Layer` does).
+
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::activity::{Activity, ActivitySet, DeviceProperties};
+use crate::clock::UnixNanos;
+
+/// Why a source could not do what the session asked. The session logs it once and carries on
+/// without that source: profiling problems never stop the host job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceError {
+    /// The source's name.
+    pub source: String,
+    /// What went wrong, in one line.
+    pub message: String,
+}
+
+impl fmt::Display for SourceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.source, self.message)
+    }
+}
+
+impl std::error::Error for SourceError {}
+
+/// A producer of GPU-side records (CUPTI, rocprofiler-sdk, the simulated GPU in tests).
+///
+/// CPU-side records (API callbacks) go into the per-thread rings through [`crate::recorder`]; records
+/// that arrive in bulk from the vendor (activity buffers) are handed over by [`poll`](Self::poll) and
+/// [`flush`](Self::flush).
+pub trait ActivitySource: Send {
+    /// Short name for messages and metadata (`"cupti"`).
+    fn name(&self) -> &str;
+
+    /// `(key, value)` pairs for the trace metadata, e.g. `("cupti_version", "130100")`.
+    fn metadata(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
+    /// Properties of the devices this source sees.
+    fn device_properties(&self) -> Vec<DeviceProperties> {
+        Vec::new()
+    }
+
+    /// Starts producing records of the given types (called at the start of warm-up).
+    fn enable(&mut self, activities: ActivitySet) -> Result<(), SourceError>;
+
+    /// Stops producing records. Records already produced stay available to [`flush`](Self::flush).
+    fn disable(&mut self) {}
+
+    /// Hands over records completed so far without forcing the vendor to flush. Called periodically by
+    /// the collector.
+    fn poll(&mut self, emit: &mut dyn FnMut(&Activity)) {
+        let _ = emit;
+    }
+
+    /// Forces out every completed record and hands it over. Called at the end of a window.
+    fn flush(&mut self, emit: &mut dyn FnMut(&Activity)) {
+        self.poll(emit)
+    }
+
+    /// Records this source lost (buffers full, vendor drops), since it was created.
+    fn dropped(&self) -> u64 {
+        0
+    }
+}
+
+/// Everything about a window the trace header needs, known once the window has ended.
+#[derive(Clone, Debug, Default)]
+pub struct TraceMeta {
+    /// A 32-hex-digit id for this trace.
+    pub trace_id: String,
+    /// Host name.
+    pub host_name: String,
+    /// OS process id.
+    pub pid: u32,
+    /// Process name (`argv[0]`'s file name).
+    pub process_name: String,
+    /// Distributed rank, if any.
+    pub rank: Option<u32>,
+    /// World size, if known.
+    pub world_size: Option<u32>,
+    /// Devices seen by the sources.
+    pub devices: Vec<DeviceProperties>,
+    /// Extra top-level keys: (key, value as a JSON string literal's content).
+    pub metadata: Vec<(String, String)>,
+    /// Records lost, by where they were lost: (`"cpu_ring"`, n), (`"cupti"`, n)...
+    pub dropped: Vec<(String, u64)>,
+    /// Names of threads that recorded: (tid, name).
+    pub thread_names: Vec<(u32, String)>,
+    /// Window start.
+    pub window_start: UnixNanos,
+    /// Window end.
+    pub window_end: UnixNanos,
+    /// Which cycle of the schedule this trace is (0-based).
+    pub cycle: u32,
+}
+
+/// What a sink produced for one window.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceOutput {
+    /// The file written, if any.
+    pub path: Option<PathBuf>,
+    /// Records written.
+    pub events: u64,
+    /// Which cycle of the schedule this trace is (0-based).
+    pub cycle: u32,
+}
+
+/// A consumer of one window's records (the Kineto exporter; a recording sink in tests).
+pub trait Sink: Send {
+    /// Takes one record. Called from the collector as records arrive, so a sink should stream.
+    fn record(&mut self, activity: &Activity) -> std::io::Result<()>;
+
+    /// Ends the window: writes whatever needs the header facts and publishes the result.
+    fn finish(self: Box<Self>, meta: &TraceMeta) -> std::io::Result<TraceOutput>;
+
+    /// Abandons the window (warm-up ended without recording, or the profiler went away): nothing may be
+    /// left behind.
+    fn discard(self: Box<Self>) {}
+}
+
+/// Opens one [`Sink`] per window.
+pub trait SinkFactory: Send {
+    /// Opens the sink for cycle `cycle`.
+    fn open(&mut self, cycle: u32) -> std::io::Result<Box<dyn Sink>>;
+}
+
+impl<F> SinkFactory for F
+where
+    F: FnMut(u32) -> std::io::Result<Box<dyn Sink>> + Send,
+{
+    fn open(&mut self, cycle: u32) -> std::io::Result<Box<dyn Sink>> {
+        self(cycle)
+    }
+}

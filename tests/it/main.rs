@@ -1,0 +1,4 @@
+//! kinetrace's integration tests: one binary, one module per topic.
+
+mod pipeline;
+mod util;
