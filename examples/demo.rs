@@ -98,7 +98,7 @@ fn main() {
                 continue;
             }
             let cat = e.cat.map(|c| trace.str(c)).unwrap_or("");
-            let dur_us = e.dur_ns().unwrap_or(0) as f64 / 1e3;
+            let dur_us = e.dur_ns() as f64 / 1e3;
             let entry = by_cat.entry(cat).or_default();
             entry.0 += 1;
             entry.1 += dur_us;

@@ -1,4 +1,6 @@
 //! kinetrace's integration tests: one binary, one module per topic.
 
+mod format;
+mod layer;
 mod pipeline;
 mod util;

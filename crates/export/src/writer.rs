@@ -817,3 +817,9 @@ impl Sink for KinetoSink {
         let _ = fs::remove_file(path);
     }
 }
+
+/// Interns a name that arrived as bytes (a C string from a vendor library), replacing invalid UTF-8
+/// with U+FFFD so the trace stays valid JSON.
+pub fn intern_lossy(bytes: &[u8]) -> NameId {
+    kinetrace_core::intern::intern_bytes(bytes)
+}
