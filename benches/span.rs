@@ -1,1 +1,57 @@
-fn main() {}
+//! Span enter/exit cost, with the profiler recording and with no profiler running.
+//!
+//! Peer figure for comparison (not measured by this bench): PyTorch's profiler records a `cpu_op`
+//! in about 1.6 µs on this class of machine (figure given in the foundation issue).
+
+use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use kinetrace::{intern, record_function, record_function_id, Profiler};
+
+fn spans(c: &mut Criterion) {
+    let name = intern("bench_span");
+    let mut g = c.benchmark_group("span_enter_exit");
+
+    g.bench_function("inactive", |b| {
+        b.iter(|| {
+            let s = record_function_id(black_box(name));
+            drop(black_box(s));
+        })
+    });
+    g.bench_function("inactive_by_str", |b| {
+        b.iter(|| drop(black_box(record_function(black_box("bench_span")))))
+    });
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let profiler = Profiler::builder()
+        .output_dir(dir.path())
+        // Large enough that the collector (draining every 20 ms) keeps up and nothing is dropped.
+        .ring_capacity(1 << 19)
+        .log(|m| eprintln!("kinetrace: {m}"))
+        .start()
+        .expect("profiler starts");
+    g.bench_function("active", |b| {
+        b.iter(|| {
+            let s = record_function_id(black_box(name));
+            drop(black_box(s));
+        })
+    });
+    g.bench_function("active_by_str", |b| {
+        b.iter(|| drop(black_box(record_function(black_box("bench_span")))))
+    });
+    g.finish();
+    let out = profiler.stop();
+    if let Some(p) = out.first().and_then(|o| o.path.as_ref()) {
+        let text = std::fs::read_to_string(p).unwrap_or_default();
+        let dropped = text
+            .split("\"cpu_ring\": ")
+            .nth(1)
+            .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+            .unwrap_or("?");
+        eprintln!(
+            "active run: {} spans recorded, {dropped} dropped by full rings",
+            out[0].events
+        );
+    }
+}
+
+criterion_group!(benches, spans);
+criterion_main!(benches);

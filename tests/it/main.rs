@@ -4,3 +4,4 @@ mod format;
 mod layer;
 mod pipeline;
 mod util;
+mod workspace;

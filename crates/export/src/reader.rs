@@ -349,6 +349,7 @@ where
         on_event,
         index: 0,
         in_events: false,
+        saw_json: false,
     };
     let result = {
         let mut de = serde_json::Deserializer::from_reader(&mut counting);
@@ -368,7 +369,7 @@ where
         }),
         Err(e) => {
             let event = ctx.in_events.then_some(ctx.index);
-            Err(convert_error(path, e, counting.offset(), gzip, event))
+            Err(convert_error(path, e, &counting, gzip, ctx.saw_json, event))
         }
     }
 }
@@ -381,14 +382,22 @@ fn open(path: &Path) -> Result<File, ReadError> {
     })
 }
 
-fn convert_error(
+fn convert_error<R: Read>(
     path: &Path,
     err: serde_json::Error,
-    consumed: u64,
+    reader: &CountingReader<R>,
     gzip: bool,
+    saw_json: bool,
     event: Option<u64>,
 ) -> ReadError {
     use serde_json::error::Category;
+    let consumed = reader.offset();
+    // serde_json points at the offending byte (1-based column); it has read on a little since.
+    let at_error = || {
+        reader
+            .offset_of(err.line(), err.column())
+            .map_or(consumed.saturating_sub(1), |o| o.saturating_sub(1))
+    };
     let (offset, mut message) = match err.classify() {
         Category::Io => {
             let io = io::Error::from(err);
@@ -399,20 +408,16 @@ fn convert_error(
             };
             (consumed, format!("{what}: {io}"))
         }
-        Category::Eof if consumed == 0 => (
-            0,
-            "no JSON data: the decompressed stream is empty or only whitespace".to_owned(),
+        Category::Eof if !saw_json => (
+            consumed,
+            "no JSON data: the (decompressed) input is empty or only whitespace".to_owned(),
         ),
         Category::Eof => (
             consumed,
             format!("unexpected end of data, the JSON is truncated ({err})"),
         ),
-        // The offending byte has already been pulled from the reader.
-        Category::Syntax => (consumed.saturating_sub(1), format!("invalid JSON: {err}")),
-        Category::Data => (
-            consumed.saturating_sub(1),
-            format!("not a valid Kineto trace: {err}"),
-        ),
+        Category::Syntax => (at_error(), format!("invalid JSON: {err}")),
+        Category::Data => (at_error(), format!("not a valid Kineto trace: {err}")),
     };
     if let Some(i) = event {
         message.push_str(&format!(" (in traceEvents[{i}])"));
@@ -463,6 +468,10 @@ fn decoded_stream<'a, R: Read + 'a>(mut reader: R) -> io::Result<Option<(Source<
 ///
 /// serde_json reads one byte at a time through `Read::bytes`; the one-byte fast path below
 /// inlines into that loop. A UTF-8 byte-order mark at the very start is skipped (and counted).
+///
+/// serde_json keeps reading a little after an error (it closes the enclosing arrays and
+/// objects), so for errors with a line and column the offset is recomputed from those: the
+/// reader remembers where lines start around its current buffer.
 struct CountingReader<R> {
     inner: R,
     buf: Box<[u8]>,
@@ -470,6 +479,11 @@ struct CountingReader<R> {
     filled: usize,
     /// Bytes before `buf[0]`.
     base: u64,
+    /// `\n` bytes before `buf[0]`.
+    newlines_before: u64,
+    /// Offset just after the last `\n` before `buf[0]` (where the line that `buf` starts in
+    /// begins).
+    line_start_before: u64,
     started: bool,
 }
 
@@ -481,6 +495,8 @@ impl<R: Read> CountingReader<R> {
             pos: 0,
             filled: 0,
             base: 0,
+            newlines_before: 0,
+            line_start_before: 0,
             started: false,
         }
     }
@@ -490,17 +506,45 @@ impl<R: Read> CountingReader<R> {
         self.base + self.pos as u64
     }
 
+    /// The byte offset of 1-based `line`, `column` as serde_json counts them (bytes after the
+    /// BOM, if any, on the first line), when that line starts in or just before the buffer.
+    fn offset_of(&self, line: usize, column: usize) -> Option<u64> {
+        let need = (line as u64).checked_sub(1)?; // newlines before the line
+        let start = if need < self.newlines_before {
+            return None;
+        } else if need == self.newlines_before {
+            self.line_start_before
+        } else {
+            let k = (need - self.newlines_before) as usize;
+            let i = self.buf[..self.filled]
+                .iter()
+                .enumerate()
+                .filter(|&(_, &b)| b == b'\n')
+                .nth(k - 1)?
+                .0;
+            self.base + i as u64 + 1
+        };
+        Some(start + column as u64)
+    }
+
     #[cold]
     fn refill(&mut self) -> io::Result<()> {
+        let old = &self.buf[..self.filled];
+        let newlines = old.iter().filter(|&&b| b == b'\n').count();
+        if newlines > 0 {
+            self.newlines_before += newlines as u64;
+            let last = old.iter().rposition(|&b| b == b'\n').unwrap_or(0);
+            self.line_start_before = self.base + last as u64 + 1;
+        }
         self.base += self.filled as u64;
         self.pos = 0;
         self.filled = 0;
-        loop {
-            match self.inner.read(&mut self.buf) {
-                Ok(n) => {
-                    self.filled = n;
-                    break;
-                }
+        // The first fill takes at least 3 bytes (or all there is) to see a BOM.
+        let want = if self.started { 1 } else { 3 };
+        while self.filled < want {
+            match self.inner.read(&mut self.buf[self.filled..]) {
+                Ok(0) => break,
+                Ok(n) => self.filled += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
@@ -509,6 +553,7 @@ impl<R: Read> CountingReader<R> {
             self.started = true;
             if self.buf[..self.filled].starts_with(b"\xEF\xBB\xBF") {
                 self.pos = 3;
+                self.line_start_before = 3;
             }
         }
         Ok(())
@@ -620,6 +665,8 @@ struct Ctx<F> {
     index: u64,
     /// Whether the parser is inside the `traceEvents` array.
     in_events: bool,
+    /// Whether the top-level object was entered.
+    saw_json: bool,
 }
 
 #[derive(Default)]
@@ -670,6 +717,7 @@ impl<'de, F: FnMut(TraceEvent, &[Box<str>])> Visitor<'de> for TopVisitor<'_, F> 
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Header, A::Error> {
+        self.ctx.saw_json = true;
         let mut header = Header::default();
         let mut saw_events = false;
         while let Some(key) = map.next_key_seed(TopKeySeed)? {
@@ -1490,7 +1538,8 @@ mod tests {
             RawNum::Float(4458676983543.183).us_to_ns(),
             4_458_676_983_543_183
         );
-        assert_eq!(RawNum::Float(1.0005).us_to_ns(), 1_001); // 1.0005 is just above .0005
+        assert_eq!(RawNum::Float(1.0005).us_to_ns(), 1_000); // the f64 is just below 1.0005
+        assert_eq!(RawNum::Float(1.0015).us_to_ns(), 1_002); // the f64 is just above 1.0015
         assert_eq!(RawNum::Float(-2.5).us_to_ns(), -2_500);
         assert_eq!(RawNum::Float(0.0004).us_to_ns(), 0);
         assert_eq!(

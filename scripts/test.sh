@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, every Rust test, then the compatibility tests that load
+# kinetrace's traces in the real consumers (HolisticTraceAnalysis 0.5.0, torch-tb-profiler 0.4.3).
+# Sets up what it needs (a Python venv under target/) on a fresh machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo test"
+cargo test --workspace --locked
+
+step "compatibility tests (HTA, torch-tb-profiler)"
+bash scripts/compat-tests.sh
