@@ -3,6 +3,8 @@
 //! Peer figure for comparison (not measured by this bench): PyTorch's profiler records a `cpu_op`
 //! in about 1.6 µs on this class of machine (figure given in the foundation issue).
 
+#![allow(missing_docs)]
+
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use kinetrace::{intern, record_function, record_function_id, Profiler};
 

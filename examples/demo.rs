@@ -53,7 +53,14 @@ fn main() {
     for _step in 0..10 {
         {
             let _fwd = record_function("forward");
-            gpu.memcpy(MemcpyKind::HtoD, MemoryKind::Pinned, MemoryKind::Device, 4 << 20, 7, 60_000);
+            gpu.memcpy(
+                MemcpyKind::HtoD,
+                MemoryKind::Pinned,
+                MemoryKind::Device,
+                4 << 20,
+                7,
+                60_000,
+            );
             for layer in 0..4 {
                 let _l = record_function(&format!("layer{layer}"));
                 gpu.launch_kernel("ampere_sgemm_128x64_tn", 7, 120_000);
@@ -67,12 +74,20 @@ fn main() {
                 gpu.launch_kernel("ampere_sgemm_64x64_nn", 7, 150_000);
                 busy(Duration::from_micros(40));
             }
-            gpu.launch_kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", 13, 300_000);
+            gpu.launch_kernel(
+                "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+                13,
+                300_000,
+            );
         }
         {
             let _opt = record_function("optimizer");
             gpu.memset(1 << 20, 7, 8_000);
-            gpu.launch_kernel("void at::native::multi_tensor_apply_kernel<Adam>", 7, 40_000);
+            gpu.launch_kernel(
+                "void at::native::multi_tensor_apply_kernel<Adam>",
+                7,
+                40_000,
+            );
             gpu.synchronize_stream(7);
         }
         busy(Duration::from_millis(1));
@@ -81,7 +96,11 @@ fn main() {
     let written = profiler.stop();
     let wall = started.elapsed();
 
-    println!("kinetrace demo: 10 steps in {:.1} ms, {} trace file(s) in {dir}", wall.as_secs_f64() * 1e3, written.len());
+    println!(
+        "kinetrace demo: 10 steps in {:.1} ms, {} trace file(s) in {dir}",
+        wall.as_secs_f64() * 1e3,
+        written.len()
+    );
     for t in &written {
         let Some(path) = &t.path else { continue };
         let trace = match kinetrace::export::read_trace(path) {
@@ -107,7 +126,12 @@ fn main() {
                 steps.push(format!("{name} {dur_us:.0} us"));
             }
         }
-        println!("\n{} ({} events, cycle {})", path.display(), t.events, t.cycle);
+        println!(
+            "\n{} ({} events, cycle {})",
+            path.display(),
+            t.events,
+            t.cycle
+        );
         println!("  {:<18} {:>7} {:>12}", "category", "events", "total (us)");
         for (cat, (n, us)) in &by_cat {
             println!("  {cat:<18} {n:>7} {us:>12.1}");

@@ -18,8 +18,10 @@
 //! Four steps `ProfilerStep#1..#4` (user annotations), step `k` spanning `[S_k, S_k + 1075)` with
 //! `S_k = B + (k-1)·1075`. HTA drops the last step (#4): it keeps CPU rows with `ts <` the start of
 //! the last `ProfilerStep` and GPU rows whose `correlation` is on a kept CPU row, so only steps
-//! #1–#3 count below. Step #4 carries the same work plus an extra 5000 µs compute kernel that would
-//! change every number if it were not dropped.
+//! #1–#3 count below. Step #4 carries the same work plus an extra 5000 µs compute kernel
+//! [S_4 + 1000, S_4 + 6000) that would change every number if it were not dropped: with
+//! `include_last_profiler_step=True` the kernel time is (S_1 + 100) → (S_4 + 6000) = 3·1075 + 5900 =
+//! 9125, busy 4·750 + 5000 = 8000, idle 1125, compute 4·500 + 5000 = 7000, non-compute 1000.
 //!
 //! Per step, offsets from `S`:
 //!

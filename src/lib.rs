@@ -143,11 +143,11 @@ pub struct ProfilerBuilder {
     gzip: bool,
     rank: Option<u32>,
     world_size: Option<u32>,
-    on_trace_ready: Option<Box<dyn FnMut(&TraceOutput) + Send>>,
+    on_trace_ready: Option<kinetrace_core::session::TraceReadyCallback>,
     sources: Vec<Box<dyn ActivitySource>>,
     ring_capacity: Option<usize>,
     metadata: Vec<(String, String)>,
-    log: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+    log: Option<kinetrace_core::session::LogFn>,
     errors: Vec<Error>,
 }
 

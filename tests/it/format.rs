@@ -11,7 +11,11 @@ fn t(us: u64) -> UnixNanos {
 }
 
 fn cpu(name: &str) -> CpuSpan {
-    CpuSpan { name: intern(name), pid: 4242, tid: 4243 }
+    CpuSpan {
+        name: intern(name),
+        pid: 4242,
+        tid: 4243,
+    }
 }
 
 fn session() -> (TraceMeta, Vec<Activity>) {
@@ -22,7 +26,14 @@ fn session() -> (TraceMeta, Vec<Activity>) {
         process_name: "python3".into(),
         rank: Some(1),
         world_size: Some(2),
-        devices: vec![DeviceProperties { id: 0, name: "Test GPU".into(), total_global_mem: 1 << 34, num_sms: 8, warp_size: 32, ..Default::default() }],
+        devices: vec![DeviceProperties {
+            id: 0,
+            name: "Test GPU".into(),
+            total_global_mem: 1 << 34,
+            num_sms: 8,
+            warp_size: 32,
+            ..Default::default()
+        }],
         metadata: vec![("cupti_version".into(), "130100".into())],
         dropped: vec![("cpu_ring".into(), 0), ("cupti".into(), 2)],
         thread_names: vec![(4243, "MainThread".into())],
@@ -44,22 +55,55 @@ fn session() -> (TraceMeta, Vec<Activity>) {
         graph_node_id: Some(17),
     };
     let acts = vec![
-        Activity { start: t(1), end: t(90), correlation: None, external_id: Some(1), detail: Detail::UserAnnotation(cpu("ProfilerStep#0")) },
-        Activity { start: t(2), end: t(20), correlation: None, external_id: Some(2), detail: Detail::CpuOp(cpu("aten::mm")) },
+        Activity {
+            start: t(1),
+            end: t(90),
+            correlation: None,
+            external_id: Some(1),
+            detail: Detail::UserAnnotation(cpu("ProfilerStep#0")),
+        },
+        Activity {
+            start: t(2),
+            end: t(20),
+            correlation: None,
+            external_id: Some(2),
+            detail: Detail::CpuOp(cpu("aten::mm")),
+        },
         Activity {
             start: t(3),
             end: t(8),
             correlation: Some(11),
             external_id: Some(2),
-            detail: Detail::Runtime(ApiCall { name: intern("cudaLaunchKernel"), cbid: Some(211), pid: 4242, tid: 4243, launches_work: true }),
+            detail: Detail::Runtime(ApiCall {
+                name: intern("cudaLaunchKernel"),
+                cbid: Some(211),
+                pid: 4242,
+                tid: 4243,
+                launches_work: true,
+            }),
         },
-        Activity { start: t(10), end: t(30), correlation: Some(11), external_id: Some(2), detail: Detail::Kernel(kernel) },
+        Activity {
+            start: t(10),
+            end: t(30),
+            correlation: Some(11),
+            external_id: Some(2),
+            detail: Detail::Kernel(kernel),
+        },
         Activity {
             start: t(31),
             end: t(33),
             correlation: Some(12),
             external_id: None,
-            detail: Detail::Memcpy(Memcpy { kind: MemcpyKind::HtoD, src_kind: MemoryKind::Pinned, dst_kind: MemoryKind::Device, bytes: 2_000_000, device: 0, context: Some(1), stream: 7, peer: None }),
+            detail: Detail::Memcpy(Memcpy {
+                kind: MemcpyKind::HtoD,
+                src_kind: MemoryKind::Pinned,
+                dst_kind: MemoryKind::Device,
+                bytes: 2_000_000,
+                device: 0,
+                context: Some(1),
+                stream: 7,
+                peer: None,
+            }),
         },
         Activity {
             start: t(34),
@@ -74,7 +118,12 @@ fn session() -> (TraceMeta, Vec<Activity>) {
                 device: 0,
                 context: Some(1),
                 stream: 8,
-                peer: Some(PeerCopy { src_device: 0, dst_device: 1, src_context: Some(1), dst_context: Some(2) }),
+                peer: Some(PeerCopy {
+                    src_device: 0,
+                    dst_device: 1,
+                    src_context: Some(1),
+                    dst_context: Some(2),
+                }),
             }),
         },
         Activity {
@@ -82,46 +131,122 @@ fn session() -> (TraceMeta, Vec<Activity>) {
             end: t(36),
             correlation: Some(14),
             external_id: None,
-            detail: Detail::Memset(Memset { memory_kind: MemoryKind::Device, bytes: 64, device: 0, context: Some(1), stream: 7 }),
+            detail: Detail::Memset(Memset {
+                memory_kind: MemoryKind::Device,
+                bytes: 64,
+                device: 0,
+                context: Some(1),
+                stream: 7,
+            }),
         },
         Activity {
             start: t(40),
             end: t(50),
             correlation: Some(15),
             external_id: None,
-            detail: Detail::Sync(Sync { kind: SyncKind::StreamWaitEvent, device: Some(0), context: Some(1), stream: Some(7), event_id: Some(5), wait_on_stream: Some(8), wait_on_event_record_correlation: Some(9) }),
+            detail: Detail::Sync(Sync {
+                kind: SyncKind::StreamWaitEvent,
+                device: Some(0),
+                context: Some(1),
+                stream: Some(7),
+                event_id: Some(5),
+                wait_on_stream: Some(8),
+                wait_on_event_record_correlation: Some(9),
+            }),
         },
         Activity {
             start: t(51),
             end: t(52),
             correlation: Some(16),
             external_id: None,
-            detail: Detail::Sync(Sync { kind: SyncKind::ContextSync, device: Some(0), context: Some(1), stream: None, event_id: None, wait_on_stream: None, wait_on_event_record_correlation: None }),
+            detail: Detail::Sync(Sync {
+                kind: SyncKind::ContextSync,
+                device: Some(0),
+                context: Some(1),
+                stream: None,
+                event_id: None,
+                wait_on_stream: None,
+                wait_on_event_record_correlation: None,
+            }),
         },
         Activity {
             start: t(53),
             end: t(54),
             correlation: Some(17),
             external_id: None,
-            detail: Detail::Driver(ApiCall { name: intern("cuMemAlloc"), cbid: Some(2), pid: 4242, tid: 4243, launches_work: false }),
+            detail: Detail::Driver(ApiCall {
+                name: intern("cuMemAlloc"),
+                cbid: Some(2),
+                pid: 4242,
+                tid: 4243,
+                launches_work: false,
+            }),
         },
         Activity {
             start: t(55),
             end: t(55),
             correlation: None,
             external_id: None,
-            detail: Detail::Memory(Memory { op: MemoryOp::Alloc, device: Some(0), address: 0x7f00_0000, bytes: 512, total_allocated: Some(1024), total_reserved: Some(2 << 20), pid: 4242, tid: 4243 }),
+            detail: Detail::Memory(Memory {
+                op: MemoryOp::Alloc,
+                device: Some(0),
+                address: 0x7f00_0000,
+                bytes: 512,
+                total_allocated: Some(1024),
+                total_reserved: Some(2 << 20),
+                pid: 4242,
+                tid: 4243,
+            }),
         },
         Activity {
             start: t(56),
             end: t(56),
             correlation: None,
             external_id: None,
-            detail: Detail::Memory(Memory { op: MemoryOp::Free, device: None, address: 0x1000, bytes: 512, total_allocated: Some(0), total_reserved: Some(0), pid: 4242, tid: 4243 }),
+            detail: Detail::Memory(Memory {
+                op: MemoryOp::Free,
+                device: None,
+                address: 0x1000,
+                bytes: 512,
+                total_allocated: Some(0),
+                total_reserved: Some(0),
+                pid: 4242,
+                tid: 4243,
+            }),
         },
-        Activity { start: t(57), end: t(60), correlation: None, external_id: None, detail: Detail::Marker(Marker { name: intern("nvtx range"), domain: Some(intern("my_domain")), pid: 4242, tid: 4243 }) },
-        Activity { start: t(61), end: t(61), correlation: None, external_id: None, detail: Detail::Marker(Marker { name: intern("nvtx mark"), domain: None, pid: 4242, tid: 4243 }) },
-        Activity { start: t(62), end: t(63), correlation: None, external_id: None, detail: Detail::Overhead(Overhead { kind: OverheadKind::BufferFlush }) },
+        Activity {
+            start: t(57),
+            end: t(60),
+            correlation: None,
+            external_id: None,
+            detail: Detail::Marker(Marker {
+                name: intern("nvtx range"),
+                domain: Some(intern("my_domain")),
+                pid: 4242,
+                tid: 4243,
+            }),
+        },
+        Activity {
+            start: t(61),
+            end: t(61),
+            correlation: None,
+            external_id: None,
+            detail: Detail::Marker(Marker {
+                name: intern("nvtx mark"),
+                domain: None,
+                pid: 4242,
+                tid: 4243,
+            }),
+        },
+        Activity {
+            start: t(62),
+            end: t(63),
+            correlation: None,
+            external_id: None,
+            detail: Detail::Overhead(Overhead {
+                kind: OverheadKind::BufferFlush,
+            }),
+        },
     ];
     (meta, acts)
 }
@@ -130,16 +255,30 @@ fn session() -> (TraceMeta, Vec<Activity>) {
 fn small_session_matches_the_golden_file() {
     let (meta, acts) = session();
     let got = String::from_utf8(render_trace(&meta, &acts, BASE, "golden.pt.trace.json")).unwrap();
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/small_session.json");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/small_session.json");
     if std::env::var_os("KINETRACE_UPDATE_GOLDEN").is_some() {
         std::fs::write(&path, &got).unwrap();
     }
-    let want = std::fs::read_to_string(&path).expect("golden file (regenerate with KINETRACE_UPDATE_GOLDEN=1)");
+    let want = std::fs::read_to_string(&path)
+        .expect("golden file (regenerate with KINETRACE_UPDATE_GOLDEN=1)");
     assert_eq!(got, want, "trace differs from {}; if the change is intended, rerun with KINETRACE_UPDATE_GOLDEN=1 and review the diff", path.display());
     // And it is valid JSON with the keys in Kineto's order.
     let v: serde_json::Value = serde_json::from_str(&got).unwrap();
-    assert_eq!(v["traceEvents"].as_array().unwrap().last().unwrap()["name"], "Record Window End");
-    let order = ["\"schemaVersion\"", "\"deviceProperties\"", "\"trace_id\"", "\"distributedInfo\"", "\"displayTimeUnit\"", "\"baseTimeNanoseconds\"", "\"traceEvents\"", "\"traceName\""];
+    assert_eq!(
+        v["traceEvents"].as_array().unwrap().last().unwrap()["name"],
+        "Record Window End"
+    );
+    let order = [
+        "\"schemaVersion\"",
+        "\"deviceProperties\"",
+        "\"trace_id\"",
+        "\"distributedInfo\"",
+        "\"displayTimeUnit\"",
+        "\"baseTimeNanoseconds\"",
+        "\"traceEvents\"",
+        "\"traceName\"",
+    ];
     let pos: Vec<usize> = order.iter().map(|k| got.find(k).unwrap()).collect();
     assert!(pos.windows(2).all(|w| w[0] < w[1]), "{pos:?}");
     assert!(got.contains("\"distributedInfo\": {\"rank\": 1, \"world_size\": 2}"));
@@ -164,12 +303,30 @@ fn hostile_names_are_escaped_into_valid_json() {
             end: t(i as u64 + 1),
             correlation: None,
             external_id: None,
-            detail: Detail::CpuOp(CpuSpan { name: *n, pid: 1, tid: 1 }),
+            detail: Detail::CpuOp(CpuSpan {
+                name: *n,
+                pid: 1,
+                tid: 1,
+            }),
         })
         .collect();
     let out = render_trace(&meta, &acts, BASE, "weird \"name\".json");
     let v: serde_json::Value = serde_json::from_slice(&out).expect("valid JSON");
-    let got: Vec<&str> = v["traceEvents"].as_array().unwrap().iter().filter(|e| e["cat"] == "cpu_op").map(|e| e["name"].as_str().unwrap()).collect();
-    assert_eq!(got, vec!["quote\" back\\slash", "ctl\u{1}\u{7}\n\r\ttab", "bad \u{fffd}\u{fffd} utf8 \u{fffd}", "ünïcødé ✓ 🚀"]);
+    let got: Vec<&str> = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] == "cpu_op")
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            "quote\" back\\slash",
+            "ctl\u{1}\u{7}\n\r\ttab",
+            "bad \u{fffd}\u{fffd} utf8 \u{fffd}",
+            "ünïcødé ✓ 🚀"
+        ]
+    );
     assert_eq!(v["traceName"], "weird \"name\".json");
 }

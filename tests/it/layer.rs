@@ -23,10 +23,16 @@ fn spans_become_nested_user_annotations() {
     let out = prof.stop();
     let t = load(out[0].path.as_ref().unwrap());
     let ann: Vec<&serde_json::Value> = x_events(&t, "user_annotation").collect();
-    let outer = ann.iter().find(|e| e["name"] == "train_step").expect("outer span");
+    let outer = ann
+        .iter()
+        .find(|e| e["name"] == "train_step")
+        .expect("outer span");
     let inners: Vec<_> = ann.iter().filter(|e| e["name"] == "forward").collect();
     assert_eq!(inners.len(), 3);
-    let (o_ts, o_end) = (outer["ts"].as_f64().unwrap(), outer["ts"].as_f64().unwrap() + outer["dur"].as_f64().unwrap());
+    let (o_ts, o_end) = (
+        outer["ts"].as_f64().unwrap(),
+        outer["ts"].as_f64().unwrap() + outer["dur"].as_f64().unwrap(),
+    );
     for i in inners {
         let ts = i["ts"].as_f64().unwrap();
         assert!(ts >= o_ts && ts + i["dur"].as_f64().unwrap() <= o_end + 1e-3);
@@ -45,7 +51,16 @@ fn the_layer_records_nothing_while_no_profiler_runs() {
     });
     // Then a profiler that starts afterwards sees none of it.
     let dir = tempfile::tempdir().unwrap();
-    let out = Profiler::builder().output_dir(dir.path()).start().unwrap().stop();
+    let out = Profiler::builder()
+        .output_dir(dir.path())
+        .start()
+        .unwrap()
+        .stop();
     let t = load(out[0].path.as_ref().unwrap());
-    assert_eq!(x_events(&t, "user_annotation").filter(|e| e["name"] == "idle").count(), 0);
+    assert_eq!(
+        x_events(&t, "user_annotation")
+            .filter(|e| e["name"] == "idle")
+            .count(),
+        0
+    );
 }

@@ -1,5 +1,7 @@
 //! kinetrace's integration tests: one binary, one module per topic.
 
+#![allow(missing_docs)]
+
 mod format;
 mod layer;
 mod pipeline;

@@ -23,7 +23,10 @@ fn schedule_cycles_write_one_file_each_with_the_right_steps() {
     let moving_to = Arc::new(AtomicU64::new(0));
     let fired: Arc<Mutex<Vec<u64>>> = Arc::default();
     let (m2, f2) = (moving_to.clone(), fired.clone());
-    let schedule = Schedule::new(1, 1, 2).unwrap().with_repeat(2).with_skip_first(1);
+    let schedule = Schedule::new(1, 1, 2)
+        .unwrap()
+        .with_repeat(2)
+        .with_skip_first(1);
     let prof = Profiler::builder()
         .schedule(schedule)
         .output_dir(dir.path())
@@ -47,18 +50,32 @@ fn schedule_cycles_write_one_file_each_with_the_right_steps() {
         .map(|o| step_names(&load(o.path.as_ref().unwrap())))
         .collect();
     steps.sort();
-    assert_eq!(steps, vec![vec!["ProfilerStep#3", "ProfilerStep#4"], vec!["ProfilerStep#7", "ProfilerStep#8"]]);
+    assert_eq!(
+        steps,
+        vec![
+            vec!["ProfilerStep#3", "ProfilerStep#4"],
+            vec!["ProfilerStep#7", "ProfilerStep#8"]
+        ]
+    );
     for o in &outputs {
         let t = load(o.path.as_ref().unwrap());
         // Two steps, two kernels and two launches each.
         assert_eq!(x_events(&t, "kernel").count(), 4);
         assert_eq!(x_events(&t, "cuda_runtime").count(), 4);
-        assert_eq!(x_events(&t, "user_annotation").filter(|e| e["name"] == "forward").count(), 2);
+        assert_eq!(
+            x_events(&t, "user_annotation")
+                .filter(|e| e["name"] == "forward")
+                .count(),
+            2
+        );
         assert_eq!(t["distributedInfo"]["rank"], 3);
     }
 }
 
-fn logged() -> (Arc<Mutex<Vec<String>>>, impl Fn(&str) + Send + Sync + 'static) {
+fn logged() -> (
+    Arc<Mutex<Vec<String>>>,
+    impl Fn(&str) + Send + Sync + 'static,
+) {
     let lines: Arc<Mutex<Vec<String>>> = Arc::default();
     let l2 = lines.clone();
     (lines, move |m: &str| l2.lock().unwrap().push(m.to_owned()))
@@ -101,7 +118,12 @@ fn stopping_during_record_saves_the_partial_cycle_and_during_warmup_saves_nothin
     assert!(prof.stop().is_empty());
     assert!(trace_files(dir.path()).is_empty());
     // No spool or temp files are left behind either.
-    assert_eq!(std::fs::read_dir(dir.path()).map(|d| d.count()).unwrap_or(0), 0);
+    assert_eq!(
+        std::fs::read_dir(dir.path())
+            .map(|d| d.count())
+            .unwrap_or(0),
+        0
+    );
 }
 
 #[test]
@@ -125,7 +147,10 @@ fn step_range_records_exactly_those_steps() {
     let path = out[0].path.clone().unwrap();
     assert!(path.to_string_lossy().ends_with(".pt.trace.json.gz"));
     let t = load(&path);
-    assert_eq!(step_names(&t), vec!["ProfilerStep#4", "ProfilerStep#5", "ProfilerStep#6"]);
+    assert_eq!(
+        step_names(&t),
+        vec!["ProfilerStep#4", "ProfilerStep#5", "ProfilerStep#6"]
+    );
     assert_eq!(x_events(&t, "kernel").count(), 6);
 }
 
@@ -135,7 +160,10 @@ fn time_window_records_a_span_of_wall_time() {
     let dir = tempfile::tempdir().unwrap();
     let gpu = SimulatedGpu::new(0);
     let prof = Profiler::builder()
-        .time_window(std::time::Duration::from_millis(30), std::time::Duration::from_millis(60))
+        .time_window(
+            std::time::Duration::from_millis(30),
+            std::time::Duration::from_millis(60),
+        )
         .output_dir(dir.path())
         .source(gpu.clone())
         .start()
@@ -148,10 +176,13 @@ fn time_window_records_a_span_of_wall_time() {
     let out = prof.stop();
     assert_eq!(out.len(), 1, "{out:?}");
     let t = load(out[0].path.as_ref().unwrap());
-    let kernels: Vec<f64> = x_events(&t, "kernel").map(|e| e["ts"].as_f64().unwrap()).collect();
+    let kernels: Vec<f64> = x_events(&t, "kernel")
+        .map(|e| e["ts"].as_f64().unwrap())
+        .collect();
     assert!(!kernels.is_empty());
     // Everything recorded lies inside a window of about 60 ms (scheduling slack aside).
-    let span_us = kernels.iter().cloned().fold(f64::MIN, f64::max) - kernels.iter().cloned().fold(f64::MAX, f64::min);
+    let span_us = kernels.iter().cloned().fold(f64::MIN, f64::max)
+        - kernels.iter().cloned().fold(f64::MAX, f64::min);
     assert!(span_us < 120_000.0, "records span {span_us} us");
 }
 
@@ -160,7 +191,13 @@ fn every_gpu_record_links_to_its_launch_and_inherits_the_external_id() {
     let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let gpu = SimulatedGpu::new(0);
-    let prof = Profiler::builder().output_dir(dir.path()).source(gpu.clone()).start().unwrap();
+    let prof = Profiler::builder()
+        .output_dir(dir.path())
+        .source(gpu.clone())
+        .start()
+        .unwrap();
+    // Without a schedule, step annotations start with the first step() call (ProfilerStep#1).
+    prof.step();
     let outer_id;
     {
         let outer = record_function("outer");
@@ -184,24 +221,55 @@ fn every_gpu_record_links_to_its_launch_and_inherits_the_external_id() {
     gpu.launch_kernel("k_in_step", 7, 1_000);
     // ...and on a thread with no open span at all it is unlinked.
     let g2 = gpu.clone();
-    std::thread::spawn(move || g2.launch_kernel("k_unlinked", 7, 1_000)).join().unwrap();
+    std::thread::spawn(move || g2.launch_kernel("k_unlinked", 7, 1_000))
+        .join()
+        .unwrap();
     let out = prof.stop();
     let t = load(out[0].path.as_ref().unwrap());
     let ev = events(&t);
-    let by_name = |n: &str| ev.iter().find(|e| e["name"] == n && e["ph"] == "X").unwrap().clone();
+    let by_name = |n: &str| {
+        ev.iter()
+            .find(|e| e["name"] == n && e["ph"] == "X")
+            .unwrap()
+            .clone()
+    };
     let inner_id = by_name("inner")["args"]["External id"].as_u64().unwrap();
-    assert_eq!(by_name("outer")["args"]["External id"].as_u64().unwrap(), outer_id);
-    assert_eq!(by_name("k_outer")["args"]["External id"].as_u64(), Some(outer_id));
-    assert_eq!(by_name("k_outer2")["args"]["External id"].as_u64(), Some(outer_id));
-    assert_eq!(by_name("k_inner")["args"]["External id"].as_u64(), Some(inner_id));
-    assert_eq!(by_name("Memcpy DtoH (Device -> Pageable)")["args"]["External id"].as_u64(), Some(inner_id));
-    assert_eq!(by_name("k_in_step")["args"]["External id"], by_name("ProfilerStep#0")["args"]["External id"]);
+    assert_eq!(
+        by_name("outer")["args"]["External id"].as_u64().unwrap(),
+        outer_id
+    );
+    assert_eq!(
+        by_name("k_outer")["args"]["External id"].as_u64(),
+        Some(outer_id)
+    );
+    assert_eq!(
+        by_name("k_outer2")["args"]["External id"].as_u64(),
+        Some(outer_id)
+    );
+    assert_eq!(
+        by_name("k_inner")["args"]["External id"].as_u64(),
+        Some(inner_id)
+    );
+    assert_eq!(
+        by_name("Memcpy DtoH (Device -> Pageable)")["args"]["External id"].as_u64(),
+        Some(inner_id)
+    );
+    assert_eq!(
+        by_name("k_in_step")["args"]["External id"],
+        by_name("ProfilerStep#1")["args"]["External id"]
+    );
     assert!(by_name("k_unlinked")["args"].get("External id").is_none());
 
     // ac2g: one `s` per launch at the runtime event, one `f` (bp=e) per GPU record, same id.
     let gpu_records: Vec<&serde_json::Value> = ev
         .iter()
-        .filter(|e| e["ph"] == "X" && matches!(e["cat"].as_str(), Some("kernel" | "gpu_memcpy" | "gpu_memset")))
+        .filter(|e| {
+            e["ph"] == "X"
+                && matches!(
+                    e["cat"].as_str(),
+                    Some("kernel" | "gpu_memcpy" | "gpu_memset")
+                )
+        })
         .collect();
     assert_eq!(gpu_records.len(), 6);
     for g in gpu_records {
@@ -210,14 +278,31 @@ fn every_gpu_record_links_to_its_launch_and_inherits_the_external_id() {
             .iter()
             .find(|e| e["cat"] == "cuda_runtime" && e["args"]["correlation"] == *corr)
             .expect("runtime call with the same correlation");
-        let s = ev.iter().find(|e| e["ph"] == "s" && e["id"] == *corr).expect("flow start");
-        let f = ev.iter().find(|e| e["ph"] == "f" && e["id"] == *corr).expect("flow end");
-        assert_eq!((s["ts"].clone(), s["tid"].clone()), (runtime["ts"].clone(), runtime["tid"].clone()));
-        assert_eq!((f["ts"].clone(), f["tid"].clone(), f["bp"].clone()), (g["ts"].clone(), g["tid"].clone(), "e".into()));
+        let s = ev
+            .iter()
+            .find(|e| e["ph"] == "s" && e["id"] == *corr)
+            .expect("flow start");
+        let f = ev
+            .iter()
+            .find(|e| e["ph"] == "f" && e["id"] == *corr)
+            .expect("flow end");
+        assert_eq!(
+            (s["ts"].clone(), s["tid"].clone()),
+            (runtime["ts"].clone(), runtime["tid"].clone())
+        );
+        assert_eq!(
+            (f["ts"].clone(), f["tid"].clone(), f["bp"].clone()),
+            (g["ts"].clone(), g["tid"].clone(), "e".into())
+        );
         assert_eq!(s["cat"], "ac2g");
     }
     // CPU-side events never carry a non-negative stream (HTA would count them as GPU work).
-    for e in ev.iter().filter(|e| matches!(e["cat"].as_str(), Some("cpu_op" | "user_annotation" | "cuda_runtime"))) {
+    for e in ev.iter().filter(|e| {
+        matches!(
+            e["cat"].as_str(),
+            Some("cpu_op" | "user_annotation" | "cuda_runtime")
+        )
+    }) {
         assert!(e["args"].get("stream").is_none(), "{e}");
     }
 }
@@ -244,11 +329,17 @@ fn full_rings_drop_and_count_and_the_trace_says_so() {
     let out = prof.stop();
     let t = load(out[0].path.as_ref().unwrap());
     let dropped = t["dropped_events"]["cpu_ring"].as_u64().unwrap();
-    let kept = x_events(&t, "user_annotation").filter(|e| e["name"] == "tiny").count() as u64;
+    let kept = x_events(&t, "user_annotation")
+        .filter(|e| e["name"] == "tiny")
+        .count() as u64;
     assert!(dropped > 0, "nothing dropped");
     assert_eq!(dropped + kept, 10_000);
     let lines = lines.lock().unwrap();
-    assert_eq!(lines.iter().filter(|l| l.contains("dropped")).count(), 1, "{lines:?}");
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("dropped")).count(),
+        1,
+        "{lines:?}"
+    );
 }
 
 #[test]
@@ -259,13 +350,21 @@ fn an_unwritable_output_dir_is_one_message_and_the_job_goes_on() {
     let bad = file.path().join("traces");
     let (lines, log) = logged();
     let gpu = SimulatedGpu::new(0);
-    let prof = Profiler::builder().output_dir(&bad).source(gpu.clone()).log(log).start().unwrap();
+    let prof = Profiler::builder()
+        .output_dir(&bad)
+        .source(gpu.clone())
+        .log(log)
+        .start()
+        .unwrap();
     workload(&gpu);
     prof.step();
     assert!(prof.stop().is_empty());
     let lines = lines.lock().unwrap();
     assert_eq!(lines.len(), 1, "{lines:?}");
-    assert!(lines[0].contains("cannot open the trace output") && lines[0].contains("traces"), "{lines:?}");
+    assert!(
+        lines[0].contains("cannot open the trace output") && lines[0].contains("traces"),
+        "{lines:?}"
+    );
 }
 
 #[test]
@@ -275,15 +374,28 @@ fn a_failing_source_is_reported_and_cpu_recording_continues() {
     let (lines, log) = logged();
     let gpu = SimulatedGpu::new(0);
     gpu.fail_enable("no CUDA driver (libcuda.so.1 not found)");
-    let prof = Profiler::builder().output_dir(dir.path()).source(gpu.clone()).log(log).start().unwrap();
+    let prof = Profiler::builder()
+        .output_dir(dir.path())
+        .source(gpu.clone())
+        .log(log)
+        .start()
+        .unwrap();
     workload(&gpu);
     let out = prof.stop();
     let t = load(out[0].path.as_ref().unwrap());
     assert_eq!(x_events(&t, "kernel").count(), 0);
-    assert_eq!(x_events(&t, "user_annotation").filter(|e| e["name"] == "forward").count(), 1);
+    assert_eq!(
+        x_events(&t, "user_annotation")
+            .filter(|e| e["name"] == "forward")
+            .count(),
+        1
+    );
     let lines = lines.lock().unwrap();
     assert_eq!(lines.len(), 1);
-    assert!(lines[0].contains("simulated_gpu: no CUDA driver"), "{lines:?}");
+    assert!(
+        lines[0].contains("simulated_gpu: no CUDA driver"),
+        "{lines:?}"
+    );
 }
 
 #[test]
@@ -294,10 +406,22 @@ fn one_profiler_at_a_time_and_bad_config_names_the_key() {
     let second = Profiler::builder().output_dir(dir.path()).start();
     assert!(matches!(second, Err(kinetrace::Error::Session(_))));
     drop(p);
-    let e = Profiler::builder().step_range(5, 2).start().err().unwrap().to_string();
+    let e = Profiler::builder()
+        .step_range(5, 2)
+        .start()
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("end"), "{e}");
     let e = Profiler::builder()
-        .schedule(Schedule { skip_first: 0, skip_first_wait: false, wait: 1, warmup: 1, active: 0, repeat: 0 })
+        .schedule(Schedule {
+            skip_first: 0,
+            skip_first_wait: false,
+            wait: 1,
+            warmup: 1,
+            active: 0,
+            repeat: 0,
+        })
         .start()
         .err()
         .unwrap()
@@ -311,7 +435,11 @@ fn one_profiler_at_a_time_and_bad_config_names_the_key() {
         .to_string();
     assert!(e.contains("duration"), "{e}");
     // A new profiler can start once the first is gone.
-    Profiler::builder().output_dir(dir.path()).start().unwrap().stop();
+    Profiler::builder()
+        .output_dir(dir.path())
+        .start()
+        .unwrap()
+        .stop();
 }
 
 #[test]

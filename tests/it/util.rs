@@ -14,7 +14,8 @@ pub fn load(path: &Path) -> Value {
     let bytes = std::fs::read(path).unwrap();
     let text = if bytes.starts_with(&[0x1f, 0x8b]) {
         let mut s = String::new();
-        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut s).unwrap();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut s)
+            .unwrap();
         s
     } else {
         String::from_utf8(bytes).unwrap()

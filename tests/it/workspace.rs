@@ -6,19 +6,40 @@ use std::path::Path;
 const ALLOWED: &[(&str, &[&str])] = &[
     ("kinetrace-core", &[]),
     ("kinetrace-export", &["kinetrace-core"]),
-    ("kinetrace-analysis", &["kinetrace-export", "kinetrace-core"]),
-    ("kinetrace-cli", &["kinetrace", "kinetrace-analysis", "kinetrace-export", "kinetrace-core"]),
+    (
+        "kinetrace-analysis",
+        &["kinetrace-export", "kinetrace-core"],
+    ),
+    (
+        "kinetrace-cli",
+        &[
+            "kinetrace",
+            "kinetrace-analysis",
+            "kinetrace-export",
+            "kinetrace-core",
+        ],
+    ),
     ("kinetrace", &["kinetrace-core", "kinetrace-export"]),
 ];
 
 #[test]
 fn dependencies_point_the_right_way() {
     let out = std::process::Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo metadata runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let mut checked = 0;
     for pkg in meta["packages"].as_array().unwrap() {
@@ -29,7 +50,11 @@ fn dependencies_point_the_right_way() {
         let allowed = ALLOWED
             .iter()
             .find(|(n, _)| *n == name)
-            .unwrap_or_else(|| panic!("package {name} has no entry in ALLOWED: add one stating what it may depend on"))
+            .unwrap_or_else(|| {
+                panic!(
+                    "package {name} has no entry in ALLOWED: add one stating what it may depend on"
+                )
+            })
             .1;
         for dep in pkg["dependencies"].as_array().unwrap() {
             let d = dep["name"].as_str().unwrap();
@@ -56,7 +81,13 @@ fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
 #[test]
 fn unsafe_code_only_where_allowed_and_always_explained() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let allowed_dirs = ["sys/", "crates/cupti/", "crates/rocm/", "crates/preload/", "tests/fakes/"];
+    let allowed_dirs = [
+        "sys/",
+        "crates/cupti/",
+        "crates/rocm/",
+        "crates/preload/",
+        "tests/fakes/",
+    ];
     let mut files = Vec::new();
     for d in ["src", "crates", "sys", "tests"] {
         if root.join(d).exists() {
@@ -64,7 +95,11 @@ fn unsafe_code_only_where_allowed_and_always_explained() {
         }
     }
     for f in files {
-        let rel = f.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
+        let rel = f
+            .strip_prefix(root)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
         if rel == "tests/it/workspace.rs" {
             continue;
         }
@@ -75,10 +110,23 @@ fn unsafe_code_only_where_allowed_and_always_explained() {
             if !(code.contains("unsafe {") || code.contains("unsafe impl")) {
                 continue;
             }
-            let ok_place = allowed_dirs.iter().any(|d| rel.starts_with(d)) || rel == "crates/core/src/ring.rs";
-            assert!(ok_place, "{rel}:{}: unsafe outside the crates allowed to hold it", i + 1);
-            let explained = lines[..i].iter().rev().take(4).any(|l| l.contains("SAFETY:"));
-            assert!(explained, "{rel}:{}: unsafe without a `// SAFETY:` line just above", i + 1);
+            let ok_place =
+                allowed_dirs.iter().any(|d| rel.starts_with(d)) || rel == "crates/core/src/ring.rs";
+            assert!(
+                ok_place,
+                "{rel}:{}: unsafe outside the crates allowed to hold it",
+                i + 1
+            );
+            let explained = lines[..i]
+                .iter()
+                .rev()
+                .take(4)
+                .any(|l| l.contains("SAFETY:"));
+            assert!(
+                explained,
+                "{rel}:{}: unsafe without a `// SAFETY:` line just above",
+                i + 1
+            );
         }
     }
 }

@@ -1,5 +1,7 @@
 //! Raw ring throughput: one push, and push+drain in batches, of a full-size record.
 
+#![allow(missing_docs)]
+
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use kinetrace_core::activity::{Activity, CpuSpan, Detail};
 use kinetrace_core::recorder::CpuRecord;
@@ -12,7 +14,11 @@ fn record(i: u64) -> CpuRecord {
         end: UnixNanos(i + 10),
         correlation: None,
         external_id: Some(i),
-        detail: Detail::UserAnnotation(CpuSpan { name: NameId(1), pid: 1, tid: 2 }),
+        detail: Detail::UserAnnotation(CpuSpan {
+            name: NameId(1),
+            pid: 1,
+            tid: 2,
+        }),
     })
 }
 

@@ -456,7 +456,9 @@ impl ActivitySet {
 
     /// Every type.
     pub fn all() -> Self {
-        ActivityType::ALL.iter().fold(Self::empty(), |s, t| s.with(*t))
+        ActivityType::ALL
+            .iter()
+            .fold(Self::empty(), |s, t| s.with(*t))
     }
 
     /// What Kineto records by default: everything but memory and markers.
@@ -550,8 +552,13 @@ mod tests {
 
     #[test]
     fn records_stay_small() {
-        // Ring slots hold Activities by value; keep them within two cache lines.
-        assert!(std::mem::size_of::<Activity>() <= 128, "{}", std::mem::size_of::<Activity>());
+        // Ring slots hold Activities by value; keep them within three cache lines (a kernel record
+        // with every optional field is the largest variant).
+        assert!(
+            std::mem::size_of::<Activity>() <= 192,
+            "{}",
+            std::mem::size_of::<Activity>()
+        );
     }
 
     #[test]
@@ -561,6 +568,8 @@ mod tests {
         assert!(!s.contains(ActivityType::Memcpy));
         assert!(!ActivitySet::default_set().contains(ActivityType::Memory));
         assert_eq!(ActivitySet::all().iter().count(), ActivityType::ALL.len());
-        assert!(ActivitySet::cpu().union(ActivitySet::gpu()).contains(ActivityType::Runtime));
+        assert!(ActivitySet::cpu()
+            .union(ActivitySet::gpu())
+            .contains(ActivityType::Runtime));
     }
 }

@@ -93,7 +93,10 @@ mod tests {
     #[test]
     fn now_tracks_the_wall_clock() {
         let ours = UnixNanos::now().0 as i128;
-        let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i128;
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as i128;
         // Same domain: within 50 ms of each other (an NTP step during the test would break this).
         assert!((ours - wall).abs() < 50_000_000, "ours={ours} wall={wall}");
     }

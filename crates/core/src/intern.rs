@@ -114,8 +114,36 @@ impl NameTable {
     }
 }
 
+/// A runtime/driver API name as Kineto writes it: a `_v` suffix of four or more digits
+/// (`cudaLaunchKernel_v7000`, `cuMemAlloc_v3020`) is dropped; shorter ones are part of the name
+/// (`cudaStreamGetCaptureInfo_v2`).
+pub fn api_name(raw: &str) -> &str {
+    if let Some(pos) = raw.rfind("_v") {
+        let digits = &raw[pos + 2..];
+        if digits.len() >= 4 && digits.bytes().all(|b| b.is_ascii_digit()) {
+            return &raw[..pos];
+        }
+    }
+    raw
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn api_names_lose_long_version_suffixes_only() {
+        assert_eq!(
+            super::api_name("cudaLaunchKernel_v7000"),
+            "cudaLaunchKernel"
+        );
+        assert_eq!(super::api_name("cuMemAlloc_v3020"), "cuMemAlloc");
+        assert_eq!(
+            super::api_name("cudaStreamGetCaptureInfo_v2"),
+            "cudaStreamGetCaptureInfo_v2"
+        );
+        assert_eq!(super::api_name("cudaMemcpyAsync"), "cudaMemcpyAsync");
+        assert_eq!(super::api_name("cuda_v12ab"), "cuda_v12ab");
+    }
+
     use super::*;
 
     #[test]

@@ -8,7 +8,7 @@ use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use crate::activity::{Activity, CpuSpan, Detail};
+use crate::activity::Activity;
 use crate::clock::UnixNanos;
 use crate::intern::NameId;
 use crate::ring::{ring, RingReader, RingWriter};
@@ -73,6 +73,19 @@ pub fn next_span_id() -> u64 {
 pub enum CpuRecord {
     /// A finished record.
     Complete(Activity),
+    /// A finished span on the ring's own thread (the compact form `record_function` writes).
+    Span {
+        /// Span name.
+        name: NameId,
+        /// `true` for `user_annotation`, `false` for `cpu_op`.
+        annotation: bool,
+        /// Start time.
+        start: UnixNanos,
+        /// End time.
+        end: UnixNanos,
+        /// Span id (its `External id`).
+        id: u64,
+    },
     /// The start of a span whose end comes later as [`CpuRecord::End`] with the same id (the
     /// `tracing` layer records enter and exit separately).
     Begin {
@@ -262,23 +275,12 @@ impl Drop for SpanGuard {
         if let Some(o) = self.open.take() {
             let end = UnixNanos::now();
             restore_external_id(o.previous_external_id);
-            push_with(|pid, tid| {
-                let span = CpuSpan {
-                    name: o.name,
-                    pid,
-                    tid,
-                };
-                CpuRecord::Complete(Activity {
-                    start: o.start,
-                    end,
-                    correlation: None,
-                    external_id: Some(o.id),
-                    detail: if o.annotation {
-                        Detail::UserAnnotation(span)
-                    } else {
-                        Detail::CpuOp(span)
-                    },
-                })
+            push(CpuRecord::Span {
+                name: o.name,
+                annotation: o.annotation,
+                start: o.start,
+                end,
+                id: o.id,
             });
         }
     }

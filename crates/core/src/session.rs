@@ -21,7 +21,9 @@ use crate::activity::{Activity, ActivitySet, CpuSpan, Detail};
 use crate::clock::UnixNanos;
 use crate::intern::intern;
 use crate::recorder::{self, CpuRecord};
-use crate::schedule::{commands, commands_on_exit, ProfilerAction, Schedule, SessionCommand, TimeWindow};
+use crate::schedule::{
+    commands, commands_on_exit, ProfilerAction, Schedule, SessionCommand, TimeWindow,
+};
 use crate::source::{ActivitySource, Sink, SinkFactory, TraceMeta, TraceOutput};
 
 /// Only one session may record at a time: the rings and the on/off word are process-wide.
@@ -145,6 +147,9 @@ struct State {
     open_begins: HashMap<(u32, u64), (u32, CpuRecord)>,
     retired_ring_drops: u64,
     step_span: Option<StepSpan>,
+    /// Whether steps get `ProfilerStep#N` annotations: from the start with a schedule (as torch does
+    /// when given one), otherwise from the first `step()` call on.
+    record_steps: bool,
     started: Instant,
     outputs: Vec<TraceOutput>,
     shutdown: bool,
@@ -169,6 +174,7 @@ impl Session {
         recorder::set_ring_capacity(config.ring_capacity);
         let interval = config.collect_interval;
         let n_sources = sources.len();
+        let record_steps = matches!(config.trigger, Trigger::Schedule(_));
         let mut state = State {
             config,
             sources,
@@ -183,6 +189,7 @@ impl Session {
             open_begins: HashMap::new(),
             retired_ring_drops: 0,
             step_span: None,
+            record_steps,
             started: Instant::now(),
             outputs: Vec::new(),
             shutdown: false,
@@ -200,7 +207,9 @@ impl Session {
             .spawn(move || collector_loop(&bg, interval))
             .ok();
         if collector.is_none() {
-            (lock(&shared).config.log)("could not start the collector thread; events are collected at each step only");
+            (lock(&shared).config.log)(
+                "could not start the collector thread; events are collected at each step only",
+            );
         }
         Ok(Session { shared, collector })
     }
@@ -211,6 +220,7 @@ impl Session {
         let mut s = lock(&self.shared);
         s.close_step_span();
         s.step_num += 1;
+        s.record_steps = true;
         if let Trigger::Schedule(_) = s.config.trigger {
             let next = s.target_action(Duration::ZERO);
             s.transition(next);
@@ -474,7 +484,11 @@ impl State {
             process_name: process_name(),
             rank: self.config.rank,
             world_size: self.config.world_size,
-            devices: self.sources.iter().flat_map(|s| s.device_properties()).collect(),
+            devices: self
+                .sources
+                .iter()
+                .flat_map(|s| s.device_properties())
+                .collect(),
             metadata,
             dropped,
             thread_names,
@@ -528,8 +542,7 @@ impl State {
             let mut retired = 0;
             reg.retain_mut(|r| {
                 let (tid, name) = (r.tid, &r.thread_name);
-                r.reader
-                    .drain(|rec| batch.push((tid, name.clone(), rec)));
+                r.reader.drain(|rec| batch.push((tid, name.clone(), rec)));
                 if r.reader.writer_gone() {
                     retired += r.reader.dropped();
                     false
@@ -554,6 +567,13 @@ impl State {
         for (tid, name, rec) in batch {
             let activity = match rec {
                 CpuRecord::Complete(a) => Some(a),
+                CpuRecord::Span {
+                    name,
+                    annotation,
+                    start,
+                    end,
+                    id,
+                } => Some(span_activity(name, annotation, start, end, id, pid, tid)),
                 CpuRecord::Begin { id, .. } => {
                     self.open_begins.insert((tid, id), (pid, rec));
                     None
@@ -567,20 +587,7 @@ impl State {
                             start,
                             id,
                         },
-                    )) => {
-                        let span = CpuSpan { name, pid, tid };
-                        Some(Activity {
-                            start,
-                            end,
-                            correlation: None,
-                            external_id: Some(id),
-                            detail: if annotation {
-                                Detail::UserAnnotation(span)
-                            } else {
-                                Detail::CpuOp(span)
-                            },
-                        })
-                    }
+                    )) => Some(span_activity(name, annotation, start, end, id, pid, tid)),
                     _ => None,
                 },
             };
@@ -626,7 +633,7 @@ impl State {
     }
 
     fn open_step_span(&mut self) {
-        if self.action == ProfilerAction::None || self.shutdown {
+        if self.action == ProfilerAction::None || self.shutdown || !self.record_steps {
             return;
         }
         let id = recorder::next_span_id();
@@ -654,6 +661,29 @@ impl State {
                 detail: Detail::UserAnnotation(CpuSpan { name, pid, tid }),
             })
         });
+    }
+}
+
+fn span_activity(
+    name: crate::intern::NameId,
+    annotation: bool,
+    start: UnixNanos,
+    end: UnixNanos,
+    id: u64,
+    pid: u32,
+    tid: u32,
+) -> Activity {
+    let span = CpuSpan { name, pid, tid };
+    Activity {
+        start,
+        end,
+        correlation: None,
+        external_id: Some(id),
+        detail: if annotation {
+            Detail::UserAnnotation(span)
+        } else {
+            Detail::CpuOp(span)
+        },
     }
 }
 

@@ -2,6 +2,8 @@
 //! with full args and its flow end; plus CPU ops and copies. Peer figure (not measured here): PyTorch
 //! 2.15's exporter writes 0.53 M events/s (136 MB/s) on this class of machine, per the foundation issue.
 
+#![allow(missing_docs)]
+
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use kinetrace_core::activity::*;
 use kinetrace_core::{intern, Sink, TraceMeta, UnixNanos};
@@ -22,13 +24,29 @@ fn mix(n: usize) -> Vec<Activity> {
     let mut corr = 1;
     while v.len() < n {
         t += 1_537;
-        v.push(Activity { start: UnixNanos(t), end: UnixNanos(t + 8_123), correlation: None, external_id: Some(corr), detail: Detail::CpuOp(CpuSpan { name: op, pid: 4242, tid: 4243 }) });
+        v.push(Activity {
+            start: UnixNanos(t),
+            end: UnixNanos(t + 8_123),
+            correlation: None,
+            external_id: Some(corr),
+            detail: Detail::CpuOp(CpuSpan {
+                name: op,
+                pid: 4242,
+                tid: 4243,
+            }),
+        });
         v.push(Activity {
             start: UnixNanos(t + 100),
             end: UnixNanos(t + 4_100),
             correlation: Some(corr),
             external_id: Some(corr),
-            detail: Detail::Runtime(ApiCall { name: launch, cbid: Some(211), pid: 4242, tid: 4243, launches_work: true }),
+            detail: Detail::Runtime(ApiCall {
+                name: launch,
+                cbid: Some(211),
+                pid: 4242,
+                tid: 4243,
+                launches_work: true,
+            }),
         });
         for k in 0..2 {
             v.push(Activity {
@@ -64,7 +82,12 @@ fn bench(c: &mut Criterion) {
     for a in &acts {
         enc.event(a, &mut bytes);
     }
-    eprintln!("mix: {} records -> {} bytes ({} B/record incl. flows)", acts.len(), bytes.len(), bytes.len() / acts.len());
+    eprintln!(
+        "mix: {} records -> {} bytes ({} B/record incl. flows)",
+        acts.len(),
+        bytes.len(),
+        bytes.len() / acts.len()
+    );
 
     let mut g = c.benchmark_group("export");
     g.throughput(Throughput::Elements(acts.len() as u64));
@@ -82,12 +105,22 @@ fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("temp dir");
     g.bench_function("sink_to_file_100k_records", |b| {
         b.iter(|| {
-            let target = TraceDir { dir: dir.path().to_owned(), worker: "bench".into(), gzip: false };
+            let target = TraceDir {
+                dir: dir.path().to_owned(),
+                worker: "bench".into(),
+                gzip: false,
+            };
             let mut sink: Box<dyn Sink> = Box::new(KinetoSink::create(target, 0).expect("sink"));
             for a in &acts {
                 sink.record(a).expect("write");
             }
-            let out = sink.finish(&TraceMeta { window_start: acts[0].start, window_end: acts[acts.len() - 1].end, ..Default::default() }).expect("finish");
+            let out = sink
+                .finish(&TraceMeta {
+                    window_start: acts[0].start,
+                    window_end: acts[acts.len() - 1].end,
+                    ..Default::default()
+                })
+                .expect("finish");
             std::fs::remove_file(out.path.expect("path")).expect("cleanup");
         })
     });

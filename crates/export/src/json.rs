@@ -108,7 +108,10 @@ mod tests {
         push_us3(&mut v, 7);
         v.push(b' ');
         push_us3(&mut v, 4_458_676_983_543_183);
-        assert_eq!(String::from_utf8(v).unwrap(), "1234.005 0.007 4458676983543.183");
+        assert_eq!(
+            String::from_utf8(v).unwrap(),
+            "1234.005 0.007 4458676983543.183"
+        );
     }
 
     #[test]

@@ -6,8 +6,8 @@ it unchanged), and a reader for Kineto traces in every timestamp variant found i
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
-pub mod reader;
 pub mod json;
+pub mod reader;
 pub mod writer;
 
 pub use reader::{read_trace, ReadError, Trace, TraceEvent};

@@ -4,24 +4,31 @@
 //!
 //! - The input is gzip when it starts with the gzip magic bytes `1f 8b`, whatever its name;
 //!   otherwise it is plain JSON. Concatenated gzip members are read as one stream.
-//! - The JSON is parsed in one streaming pass with serde_json visitors over the top-level object
-//!   and the `traceEvents` array. No `serde_json::Value` is built per event: each event is
-//!   turned straight into a [`TraceEvent`]; `args` keys other than the few named by
-//!   [`TraceEvent`] are skipped without allocating. `cat` and `name` are interned, so the only
+//! - The JSON is parsed in one streaming pass. A small structural scanner walks the top-level
+//!   object and the `traceEvents` array and finds where each value ends; serde_json then
+//!   parses exactly that slice with custom `DeserializeSeed`/`Visitor`s (its slice parser is
+//!   about twice as fast as its `io::Read` one). No `serde_json::Value` is built per event:
+//!   each event becomes a [`TraceEvent`] directly; `args` keys other than the few named by
+//!   [`TraceEvent`] are skipped with `IgnoredAny`. `cat` and `name` are interned, so the only
 //!   per-event allocations are new distinct strings and string pids/tids (span rows).
-//! - Memory is the event vector plus the interned strings and a fixed read buffer, not the
-//!   file or a DOM. [`for_each_event`] does not even keep the events.
+//! - Memory is the event vector plus the interned strings and a 256 KiB read window (grown
+//!   only for a single value bigger than that), not the file or a DOM. [`for_each_event`]
+//!   does not even keep the events.
 //! - Top-level keys other than `traceEvents` are kept as compact JSON text in
-//!   [`Trace::metadata`] (re-serialised in their original key order).
+//!   [`Trace::metadata`] (re-serialised in their original key order; these few use small
+//!   allocations).
 //!
 //! # Timestamps
 //!
 //! `ts` and `dur` are kept as written ([`RawNum::Int`] or [`RawNum::Float`]), in µs, absolute
 //! (epoch) or relative to `baseTimeNanoseconds`. [`TraceEvent::ts_unix_ns`] and
-//! [`TraceEvent::dur_ns`] convert every variant to ns. A float literal is held as the nearest
-//! `f64`, as Python's `json` does: for base-relative values (≈ 5·10¹² µs) that is exact to the
-//! ns, but absolute float µs (≈ 1.7·10¹⁵ µs, the 2024-04 format) only have 0.25 µs resolution
-//! in an `f64`, so their sub-µs digits are approximate (HTA has the same limitation).
+//! [`TraceEvent::dur_ns`] convert every variant to ns, rounding float µs to the nearest ns.
+//! A float literal is held as an `f64`, as Python's `json` holds it. For base-relative values
+//! (< 8·10¹² µs) that is exact to the ns. Absolute float µs (≈ 1.7·10¹⁵ µs, the 2024-04
+//! format) only have 0.25 µs resolution in an `f64`, so their sub-µs digits are approximate,
+//! as in HTA. Matching Python's value bit for bit also needs serde_json's `float_roundtrip`
+//! feature: without it serde_json may round literals with more than 15 significant digits one
+//! ulp (0.25 µs here) away from the nearest `f64`.
 //!
 //! # Leniency
 //!
@@ -343,34 +350,24 @@ where
             })
         }
     };
-    let mut counting = CountingReader::new(source);
-    let mut ctx = Ctx {
+    let mut parser = Parser {
+        input: Input::new(source),
         strings: Interner::default(),
         on_event,
         index: 0,
         in_events: false,
-        saw_json: false,
     };
-    let result = {
-        let mut de = serde_json::Deserializer::from_reader(&mut counting);
-        (&mut de)
-            .deserialize_map(TopVisitor { ctx: &mut ctx })
-            .and_then(|header| de.end().map(|()| header))
-    };
-    match result {
+    match parser.run() {
         Ok(header) => Ok(Trace {
             path: path.to_owned(),
             rank: header.rank,
             world_size: header.world_size,
             base_time_ns: header.base_time_ns,
-            strings: ctx.strings.strings,
+            strings: parser.strings.strings,
             events: Vec::new(),
             metadata: header.metadata,
         }),
-        Err(e) => {
-            let event = ctx.in_events.then_some(ctx.index);
-            Err(convert_error(path, e, &counting, gzip, ctx.saw_json, event))
-        }
+        Err(fail) => Err(parser.error(path, fail, gzip)),
     }
 }
 
@@ -380,53 +377,6 @@ fn open(path: &Path) -> Result<File, ReadError> {
         offset: None,
         message: format!("cannot open: {e}"),
     })
-}
-
-fn convert_error<R: Read>(
-    path: &Path,
-    err: serde_json::Error,
-    reader: &CountingReader<R>,
-    gzip: bool,
-    saw_json: bool,
-    event: Option<u64>,
-) -> ReadError {
-    use serde_json::error::Category;
-    let consumed = reader.offset();
-    // serde_json points at the offending byte (1-based column); it has read on a little since.
-    let at_error = || {
-        reader
-            .offset_of(err.line(), err.column())
-            .map_or(consumed.saturating_sub(1), |o| o.saturating_sub(1))
-    };
-    let (offset, mut message) = match err.classify() {
-        Category::Io => {
-            let io = io::Error::from(err);
-            let what = if gzip {
-                "gzip data is corrupt or truncated"
-            } else {
-                "read error"
-            };
-            (consumed, format!("{what}: {io}"))
-        }
-        Category::Eof if !saw_json => (
-            consumed,
-            "no JSON data: the (decompressed) input is empty or only whitespace".to_owned(),
-        ),
-        Category::Eof => (
-            consumed,
-            format!("unexpected end of data, the JSON is truncated ({err})"),
-        ),
-        Category::Syntax => (at_error(), format!("invalid JSON: {err}")),
-        Category::Data => (at_error(), format!("not a valid Kineto trace: {err}")),
-    };
-    if let Some(i) = event {
-        message.push_str(&format!(" (in traceEvents[{i}])"));
-    }
-    ReadError {
-        path: path.to_owned(),
-        offset: Some(offset),
-        message,
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -464,124 +414,356 @@ fn decoded_stream<'a, R: Read + 'a>(mut reader: R) -> io::Result<Option<(Source<
     }
 }
 
-/// A buffered reader that knows how many bytes the parser has taken, for error offsets.
+/// The decompressed JSON in a window that always holds the value being parsed whole.
 ///
-/// serde_json reads one byte at a time through `Read::bytes`; the one-byte fast path below
-/// inlines into that loop. A UTF-8 byte-order mark at the very start is skipped (and counted).
-///
-/// serde_json keeps reading a little after an error (it closes the enclosing arrays and
-/// objects), so for errors with a line and column the offset is recomputed from those: the
-/// reader remembers where lines start around its current buffer.
-struct CountingReader<R> {
+/// The parser finds where each JSON value ends with a cheap structural scan (strings, escapes
+/// and bracket depth) and then hands exactly that slice to serde_json, whose slice parser is
+/// about twice as fast as its `io::Read` one. A value longer than the window grows it; nothing
+/// else is kept. A UTF-8 byte-order mark at the very start is skipped (and counted in offsets).
+struct Input<R> {
     inner: R,
-    buf: Box<[u8]>,
+    buf: Vec<u8>,
+    /// Next unparsed byte.
     pos: usize,
-    filled: usize,
-    /// Bytes before `buf[0]`.
+    /// End of the valid data in `buf`.
+    end: usize,
+    /// Offset of `buf[0]` in the decompressed stream.
     base: u64,
-    /// `\n` bytes before `buf[0]`.
-    newlines_before: u64,
-    /// Offset just after the last `\n` before `buf[0]` (where the line that `buf` starts in
-    /// begins).
-    line_start_before: u64,
+    eof: bool,
     started: bool,
 }
 
-impl<R: Read> CountingReader<R> {
+impl<R: Read> Input<R> {
     fn new(inner: R) -> Self {
-        CountingReader {
+        Input {
             inner,
-            buf: vec![0; BUF_SIZE].into_boxed_slice(),
+            buf: vec![0; BUF_SIZE],
             pos: 0,
-            filled: 0,
+            end: 0,
             base: 0,
-            newlines_before: 0,
-            line_start_before: 0,
+            eof: false,
             started: false,
         }
     }
 
-    /// Bytes handed to the parser so far.
+    /// Offset of `buf[pos]`.
     fn offset(&self) -> u64 {
         self.base + self.pos as u64
     }
 
-    /// The byte offset of 1-based `line`, `column` as serde_json counts them (bytes after the
-    /// BOM, if any, on the first line), when that line starts in or just before the buffer.
-    fn offset_of(&self, line: usize, column: usize) -> Option<u64> {
-        let need = (line as u64).checked_sub(1)?; // newlines before the line
-        let start = if need < self.newlines_before {
-            return None;
-        } else if need == self.newlines_before {
-            self.line_start_before
-        } else {
-            let k = (need - self.newlines_before) as usize;
-            let i = self.buf[..self.filled]
-                .iter()
-                .enumerate()
-                .filter(|&(_, &b)| b == b'\n')
-                .nth(k - 1)?
-                .0;
-            self.base + i as u64 + 1
-        };
-        Some(start + column as u64)
+    /// Offset just past the data read so far.
+    fn offset_end(&self) -> u64 {
+        self.base + self.end as u64
     }
 
+    /// Reads more, keeping `buf[pos..end]` (moved to the front). `false` at the end of input.
     #[cold]
-    fn refill(&mut self) -> io::Result<()> {
-        let old = &self.buf[..self.filled];
-        let newlines = old.iter().filter(|&&b| b == b'\n').count();
-        if newlines > 0 {
-            self.newlines_before += newlines as u64;
-            let last = old.iter().rposition(|&b| b == b'\n').unwrap_or(0);
-            self.line_start_before = self.base + last as u64 + 1;
+    fn fill(&mut self) -> io::Result<bool> {
+        if self.eof {
+            return Ok(false);
         }
-        self.base += self.filled as u64;
-        self.pos = 0;
-        self.filled = 0;
+        if self.pos > 0 {
+            self.buf.copy_within(self.pos..self.end, 0);
+            self.base += self.pos as u64;
+            self.end -= self.pos;
+            self.pos = 0;
+        }
+        if self.end == self.buf.len() {
+            self.buf.resize(self.buf.len() * 2, 0);
+        }
         // The first fill takes at least 3 bytes (or all there is) to see a BOM.
-        let want = if self.started { 1 } else { 3 };
-        while self.filled < want {
-            match self.inner.read(&mut self.buf[self.filled..]) {
-                Ok(0) => break,
-                Ok(n) => self.filled += n,
+        let want = if self.started { self.end + 1 } else { 3 };
+        let before = self.end;
+        while self.end < want {
+            match self.inner.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    break;
+                }
+                Ok(n) => self.end += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
         }
-        if !self.started && self.filled > 0 {
+        if !self.started && self.end > 0 {
             self.started = true;
-            if self.buf[..self.filled].starts_with(b"\xEF\xBB\xBF") {
+            if self.buf[..self.end].starts_with(b"\xEF\xBB\xBF") {
                 self.pos = 3;
-                self.line_start_before = 3;
             }
         }
-        Ok(())
+        Ok(self.end > before)
+    }
+
+    /// Skips JSON whitespace; the next byte, or `None` at the end of input.
+    #[inline]
+    fn skip_ws(&mut self) -> io::Result<Option<u8>> {
+        loop {
+            while self.pos < self.end {
+                let b = self.buf[self.pos];
+                if !matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
+                    return Ok(Some(b));
+                }
+                self.pos += 1;
+            }
+            if !self.fill()? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// The length of the JSON value starting at `buf[pos]` (not whitespace), reading more as
+    /// needed; `None` when the input ends inside it. Only structure is checked here.
+    #[inline]
+    fn value_len(&mut self) -> io::Result<Option<usize>> {
+        let mut scan = Scan::new(self.buf[self.pos]);
+        loop {
+            if let Some(len) = scan.advance(&self.buf[self.pos..self.end]) {
+                return Ok(Some(len));
+            }
+            if !self.fill()? {
+                return Ok(scan.ends_at_eof().then_some(self.end - self.pos));
+            }
+        }
+    }
+
+    /// Parses the value at `buf[pos]` with `seed` and moves past it.
+    #[inline]
+    fn parse_value<T, S>(&mut self, seed: S) -> Result<T, Fail>
+    where
+        S: for<'de> DeserializeSeed<'de, Value = T>,
+    {
+        let Some(len) = self.value_len()? else {
+            return Err(Fail::Truncated);
+        };
+        let slice = &self.buf[self.pos..self.pos + len];
+        let mut de = serde_json::Deserializer::from_slice(slice);
+        match seed.deserialize(&mut de).and_then(|v| de.end().map(|()| v)) {
+            Ok(v) => {
+                self.pos += len;
+                Ok(v)
+            }
+            Err(e) => Err(Fail::json(slice, self.offset(), e)),
+        }
+    }
+
+    /// Lets serde_json describe the value at `buf[pos]` that has the wrong type (or is not
+    /// JSON), using `expected` as what should have been there; the offset is the value's.
+    fn wrong_value(&mut self, expected: &'static str) -> Fail {
+        // serde_json rejects it at its first byte, so what is buffered is enough.
+        if self.end - self.pos < 64 {
+            let _ = self.fill();
+        }
+        let at = self.offset();
+        let slice = &self.buf[self.pos..self.end];
+        let mut de = serde_json::Deserializer::from_slice(slice);
+        let message = match (&mut de).deserialize_any(Expect(expected)) {
+            Ok(()) => format!("invalid JSON: expected {expected}"),
+            Err(e) => match Fail::json(slice, at, e) {
+                Fail::Syntax { message, .. } => message,
+                other => return other,
+            },
+        };
+        Fail::Syntax { at, message }
     }
 }
 
-impl<R: Read> Read for CountingReader<R> {
+/// Where a JSON value ends: a resumable scan over bytes that tracks strings (with escapes) and
+/// bracket depth. It does not validate; serde_json does that on the slice.
+struct Scan {
+    /// Bytes of the value scanned so far.
+    len: usize,
+    depth: u32,
+    in_string: bool,
+    kind: ScanKind,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ScanKind {
+    Container,
+    String,
+    Scalar,
+}
+
+/// Byte classes outside strings.
+const QUOTE: u8 = 1;
+const OPEN: u8 = 2;
+const CLOSE: u8 = 3;
+static CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    t[b'"' as usize] = QUOTE;
+    t[b'{' as usize] = OPEN;
+    t[b'[' as usize] = OPEN;
+    t[b'}' as usize] = CLOSE;
+    t[b']' as usize] = CLOSE;
+    t
+};
+
+impl Scan {
+    fn new(first: u8) -> Scan {
+        let kind = match first {
+            b'{' | b'[' => ScanKind::Container,
+            b'"' => ScanKind::String,
+            _ => ScanKind::Scalar,
+        };
+        Scan {
+            len: 1,
+            depth: u32::from(kind == ScanKind::Container),
+            in_string: kind == ScanKind::String,
+            kind,
+        }
+    }
+
+    /// Whether a value cut off by the end of input is complete (a bare scalar).
+    fn ends_at_eof(&self) -> bool {
+        self.kind == ScanKind::Scalar
+    }
+
+    /// Continues over `data` (the value from its first byte, as far as it is buffered);
+    /// `Some(length)` once the value ends.
     #[inline]
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        if self.pos < self.filled && out.len() == 1 {
-            out[0] = self.buf[self.pos];
-            self.pos += 1;
-            return Ok(1);
+    fn advance(&mut self, data: &[u8]) -> Option<usize> {
+        if self.kind == ScanKind::Scalar {
+            while self.len < data.len() {
+                if matches!(
+                    data[self.len],
+                    b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t'
+                ) {
+                    return Some(self.len);
+                }
+                self.len += 1;
+            }
+            return None;
         }
-        if out.is_empty() {
-            return Ok(0);
-        }
-        while self.pos == self.filled {
-            self.refill()?;
-            if self.filled == 0 {
-                return Ok(0);
+        loop {
+            if self.in_string {
+                let k = find_quote_or_backslash(&data[self.len..])?;
+                let i = self.len + k;
+                if data[i] == b'\\' {
+                    if i + 1 >= data.len() {
+                        self.len = i; // resume at the backslash
+                        return None;
+                    }
+                    self.len = i + 2;
+                } else {
+                    self.len = i + 1;
+                    self.in_string = false;
+                    if self.kind == ScanKind::String {
+                        return Some(self.len);
+                    }
+                }
+            } else {
+                loop {
+                    let b = *data.get(self.len)?;
+                    self.len += 1;
+                    match CLASS[b as usize] {
+                        QUOTE => {
+                            self.in_string = true;
+                            break;
+                        }
+                        OPEN => self.depth += 1,
+                        CLOSE => {
+                            self.depth -= 1;
+                            if self.depth == 0 {
+                                return Some(self.len);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
             }
         }
-        let n = out.len().min(self.filled - self.pos);
-        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
-        self.pos += n;
-        Ok(n)
     }
+}
+
+/// Index of the first `"` or `\` in `s`, eight bytes at a time.
+#[inline]
+fn find_quote_or_backslash(s: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    let mut chunks = s.chunks_exact(8);
+    let mut i = 0;
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        let w = u64::from_le_bytes(w);
+        let m = has_zero(w ^ (ONES * u64::from(b'"'))) | has_zero(w ^ (ONES * u64::from(b'\\')));
+        if m != 0 {
+            return Some(i + (m.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\')
+        .map(|k| i + k)
+}
+
+/// A visitor that accepts nothing, so serde_json reports what it found instead.
+struct Expect(&'static str);
+
+impl Visitor<'_> for Expect {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+/// A parse failure, turned into a [`ReadError`] by [`Parser::error`].
+enum Fail {
+    /// Reading or decompressing failed.
+    Io(io::Error),
+    /// The input ended inside the JSON.
+    Truncated,
+    /// The input is empty or whitespace.
+    NoJson,
+    /// Anything else, at an offset.
+    Syntax { at: u64, message: String },
+}
+
+impl From<io::Error> for Fail {
+    fn from(e: io::Error) -> Fail {
+        Fail::Io(e)
+    }
+}
+
+impl Fail {
+    /// A serde_json error on `slice`, which starts at offset `start`.
+    fn json(slice: &[u8], start: u64, err: serde_json::Error) -> Fail {
+        use serde_json::error::Category;
+        let (line, column) = (err.line(), err.column());
+        let text = err.to_string();
+        let position = format!(" at line {line} column {column}");
+        let what = text.strip_suffix(&position).unwrap_or(&text);
+        let message = match err.classify() {
+            Category::Data => format!("not a valid Kineto trace: {what}"),
+            _ => format!("invalid JSON: {what}"),
+        };
+        Fail::Syntax {
+            at: start + offset_in(slice, line, column) as u64,
+            message,
+        }
+    }
+}
+
+/// The index in `slice` of serde_json's 1-based `line` and `column` (which points at the
+/// offending byte).
+fn offset_in(slice: &[u8], line: usize, column: usize) -> usize {
+    let mut start = 0;
+    if line > 1 {
+        let mut newlines = 0;
+        for (i, &b) in slice.iter().enumerate() {
+            if b == b'\n' {
+                newlines += 1;
+                if newlines == line - 1 {
+                    start = i + 1;
+                    break;
+                }
+            }
+        }
+    }
+    (start + column.saturating_sub(1)).min(slice.len())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -658,15 +840,15 @@ impl Interner {
 // ---------------------------------------------------------------------------------------------
 // Top level
 
-struct Ctx<F> {
+/// The top-level object: keys, the `traceEvents` array and the other values.
+struct Parser<R, F> {
+    input: Input<R>,
     strings: Interner,
     on_event: F,
     /// Index of the event being parsed.
     index: u64,
     /// Whether the parser is inside the `traceEvents` array.
     in_events: bool,
-    /// Whether the top-level object was entered.
-    saw_json: bool,
 }
 
 #[derive(Default)]
@@ -677,8 +859,184 @@ struct Header {
     metadata: Vec<(String, String)>,
 }
 
-struct TopVisitor<'c, F> {
-    ctx: &'c mut Ctx<F>,
+impl<R: Read, F: FnMut(TraceEvent, &[Box<str>])> Parser<R, F> {
+    fn run(&mut self) -> Result<Header, Fail> {
+        match self.input.skip_ws()? {
+            None => return Err(Fail::NoJson),
+            Some(b'{') => self.input.pos += 1,
+            Some(_) => {
+                return Err(self
+                    .input
+                    .wrong_value("a Kineto trace (a JSON object with a `traceEvents` array)"))
+            }
+        }
+        let mut header = Header::default();
+        let mut saw_events = false;
+        let mut first = true;
+        loop {
+            let mut b = self.more()?;
+            if b == b'}' && first {
+                self.input.pos += 1;
+                break;
+            }
+            if !first {
+                match b {
+                    b'}' => {
+                        self.input.pos += 1;
+                        break;
+                    }
+                    b',' => {
+                        self.input.pos += 1;
+                        b = self.more()?;
+                    }
+                    _ => return Err(self.unexpected("`,` or `}` after a top-level value")),
+                }
+            }
+            first = false;
+            if b != b'"' {
+                return Err(self.unexpected("a string key in the top-level object"));
+            }
+            let key = self.input.parse_value(TopKeySeed)?;
+            if self.more()? != b':' {
+                return Err(self.unexpected("`:` after a key"));
+            }
+            self.input.pos += 1;
+            let b = self.more()?;
+            match key {
+                TopKey::TraceEvents => {
+                    if saw_events {
+                        return Err(Fail::Syntax {
+                            at: self.input.offset(),
+                            message: "duplicate `traceEvents` key".into(),
+                        });
+                    }
+                    saw_events = true;
+                    if b != b'[' {
+                        return Err(self.input.wrong_value("an array of trace events"));
+                    }
+                    self.input.pos += 1;
+                    self.in_events = true;
+                    self.events()?;
+                    self.in_events = false;
+                }
+                TopKey::Other(name) => {
+                    let mut text = String::new();
+                    self.input.parse_value(RawJson { out: &mut text })?;
+                    match name.as_str() {
+                        "distributedInfo" => {
+                            let (rank, world) = parse_distributed_info(&text);
+                            header.rank = rank;
+                            header.world_size = world;
+                        }
+                        "baseTimeNanoseconds" => {
+                            header.base_time_ns =
+                                parse_base_time(&text).map_err(|message| Fail::Syntax {
+                                    at: self.input.offset(),
+                                    message,
+                                })?;
+                        }
+                        _ => {}
+                    }
+                    header.metadata.push((name, text));
+                }
+            }
+        }
+        if !saw_events {
+            return Err(Fail::Syntax {
+                at: self.input.offset() - 1,
+                message: "the top-level object has no `traceEvents` array (not a Kineto trace?)"
+                    .into(),
+            });
+        }
+        // Read to the end, which also makes the gzip decoder check its trailer.
+        if self.input.skip_ws()?.is_some() {
+            return Err(self.unexpected("nothing after the top-level object (trailing data)"));
+        }
+        Ok(header)
+    }
+
+    /// The elements of `traceEvents`, after its `[`.
+    fn events(&mut self) -> Result<(), Fail> {
+        let mut first = true;
+        loop {
+            let mut b = self.more()?;
+            if b == b']' && first {
+                self.input.pos += 1;
+                return Ok(());
+            }
+            if !first {
+                match b {
+                    b']' => {
+                        self.input.pos += 1;
+                        return Ok(());
+                    }
+                    b',' => {
+                        self.input.pos += 1;
+                        b = self.more()?;
+                        if b == b']' {
+                            return Err(self.unexpected("another event after `,` (trailing comma)"));
+                        }
+                    }
+                    _ => return Err(self.unexpected("`,` or `]` after an event")),
+                }
+            }
+            first = false;
+            let event = self.input.parse_value(EventSeed {
+                strings: &mut self.strings,
+            })?;
+            (self.on_event)(event, &self.strings.strings);
+            self.index += 1;
+        }
+    }
+
+    /// The next non-whitespace byte, which must exist.
+    #[inline]
+    fn more(&mut self) -> Result<u8, Fail> {
+        self.input.skip_ws()?.ok_or(Fail::Truncated)
+    }
+
+    fn unexpected(&self, expected: &str) -> Fail {
+        let found = self.input.buf[self.input.pos];
+        let found = if found.is_ascii_graphic() {
+            format!("`{}`", char::from(found))
+        } else {
+            format!("byte 0x{found:02x}")
+        };
+        Fail::Syntax {
+            at: self.input.offset(),
+            message: format!("invalid JSON: expected {expected}, found {found}"),
+        }
+    }
+
+    fn error(&self, path: &Path, fail: Fail, gzip: bool) -> ReadError {
+        let (offset, mut message) = match fail {
+            Fail::Io(e) => {
+                let what = if gzip {
+                    "gzip data is corrupt or truncated"
+                } else {
+                    "read error"
+                };
+                (self.input.offset_end(), format!("{what}: {e}"))
+            }
+            Fail::Truncated => (
+                self.input.offset_end(),
+                "unexpected end of data: the JSON is truncated".to_owned(),
+            ),
+            Fail::NoJson => (
+                self.input.offset_end(),
+                "no JSON data: the (decompressed) input is empty or only whitespace".to_owned(),
+            ),
+            Fail::Syntax { at, message } => (at, message),
+        };
+        if self.in_events {
+            message.push_str(&format!(" (in traceEvents[{}])", self.index));
+        }
+        ReadError {
+            path: path.to_owned(),
+            offset: Some(offset),
+            message,
+        }
+    }
 }
 
 enum TopKey {
@@ -706,58 +1064,6 @@ impl Visitor<'_> for TopKeySeed {
         } else {
             TopKey::Other(v.to_owned())
         })
-    }
-}
-
-impl<'de, F: FnMut(TraceEvent, &[Box<str>])> Visitor<'de> for TopVisitor<'_, F> {
-    type Value = Header;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a Kineto trace (a JSON object with a `traceEvents` array)")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Header, A::Error> {
-        self.ctx.saw_json = true;
-        let mut header = Header::default();
-        let mut saw_events = false;
-        while let Some(key) = map.next_key_seed(TopKeySeed)? {
-            match key {
-                TopKey::TraceEvents => {
-                    if saw_events {
-                        return Err(de::Error::custom("duplicate `traceEvents` key"));
-                    }
-                    saw_events = true;
-                    self.ctx.in_events = true;
-                    map.next_value_seed(EventsSeed {
-                        ctx: &mut *self.ctx,
-                    })?;
-                    self.ctx.in_events = false;
-                }
-                TopKey::Other(name) => {
-                    let mut text = String::new();
-                    map.next_value_seed(RawJson { out: &mut text })?;
-                    match name.as_str() {
-                        "distributedInfo" => {
-                            let (rank, world) = parse_distributed_info(&text);
-                            header.rank = rank;
-                            header.world_size = world;
-                        }
-                        "baseTimeNanoseconds" => {
-                            header.base_time_ns =
-                                parse_base_time(&text).map_err(de::Error::custom)?;
-                        }
-                        _ => {}
-                    }
-                    header.metadata.push((name, text));
-                }
-            }
-        }
-        if !saw_events {
-            return Err(de::Error::custom(
-                "the top-level object has no `traceEvents` array (not a Kineto trace?)",
-            ));
-        }
-        Ok(header)
     }
 }
 
@@ -914,34 +1220,6 @@ impl Visitor<'_> for RawJsonKey<'_> {
 
 // ---------------------------------------------------------------------------------------------
 // traceEvents
-
-struct EventsSeed<'c, F> {
-    ctx: &'c mut Ctx<F>,
-}
-
-impl<'de, F: FnMut(TraceEvent, &[Box<str>])> DeserializeSeed<'de> for EventsSeed<'_, F> {
-    type Value = ();
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_seq(self)
-    }
-}
-
-impl<'de, F: FnMut(TraceEvent, &[Box<str>])> Visitor<'de> for EventsSeed<'_, F> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an array of trace events")
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let ctx = self.ctx;
-        while let Some(event) = seq.next_element_seed(EventSeed {
-            strings: &mut ctx.strings,
-        })? {
-            (ctx.on_event)(event, &ctx.strings.strings);
-            ctx.index += 1;
-        }
-        Ok(())
-    }
-}
 
 struct EventSeed<'s> {
     strings: &'s mut Interner,
@@ -1202,7 +1480,8 @@ impl Visitor<'_> for NumSeed {
 
 fn f64_to_i64_exact(v: f64) -> Option<i64> {
     // 2^63 is exactly representable; every f64 below it in magnitude converts without overflow.
-    if v.fract() == 0.0 && v >= -9_223_372_036_854_775_808.0 && v < 9_223_372_036_854_775_808.0 {
+    if v.fract() == 0.0 && (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&v)
+    {
         Some(v as i64)
     } else {
         None

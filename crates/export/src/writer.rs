@@ -187,7 +187,14 @@ impl TraceEncoder {
                 args.close();
                 out.push(b'}');
                 if let Some(corr) = a.correlation {
-                    self.flow(out, c.launches_work, corr, c.pid as i64, c.tid as i64, a.start);
+                    self.flow(
+                        out,
+                        c.launches_work,
+                        corr,
+                        c.pid as i64,
+                        c.tid as i64,
+                        a.start,
+                    );
                 }
             }
             Detail::Kernel(k) => {
@@ -204,7 +211,10 @@ impl TraceEncoder {
                 args.opt_u64("context", k.context.map(u64::from));
                 args.u64("stream", k.stream as u64);
                 args.opt_u64("correlation", a.correlation);
-                args.opt_u64("registers per thread", k.registers_per_thread.map(u64::from));
+                args.opt_u64(
+                    "registers per thread",
+                    k.registers_per_thread.map(u64::from),
+                );
                 args.opt_u64("shared memory", k.shared_memory);
                 if let Some(g) = k.grid {
                     args.dim3("grid", g);
@@ -350,7 +360,9 @@ impl TraceEncoder {
                     self.pid_tid_ts_dur(out, m.pid as i64, m.tid as i64, a);
                 } else {
                     self.sep(out);
-                    out.extend_from_slice(b"{\"ph\":\"i\",\"cat\":\"user_annotation\",\"s\":\"t\",\"name\":");
+                    out.extend_from_slice(
+                        b"{\"ph\":\"i\",\"cat\":\"user_annotation\",\"s\":\"t\",\"name\":",
+                    );
                     self.name(m.name, out);
                     out.extend_from_slice(b",\"pid\":");
                     push_u64(out, m.pid as u64);
@@ -448,31 +460,53 @@ impl TraceEncoder {
     pub fn footer(&mut self, meta: &TraceMeta, trace_name: &str, out: &mut Vec<u8>) {
         let ts = self.rel(meta.window_start);
         let pid = meta.pid;
-        let mut m = |enc: &mut Self, name: &str, pid: i64, tid: i64, key: &str, value: MetaValue| {
-            enc.sep(out);
-            out.extend_from_slice(b"{\"ph\":\"M\",\"name\":\"");
-            out.extend_from_slice(name.as_bytes());
-            out.extend_from_slice(b"\",\"ts\":");
-            push_us3(out, ts);
-            out.extend_from_slice(b",\"pid\":");
-            push_i64(out, pid);
-            out.extend_from_slice(b",\"tid\":");
-            push_i64(out, tid);
-            out.extend_from_slice(b",\"args\":{\"");
-            out.extend_from_slice(key.as_bytes());
-            out.extend_from_slice(b"\":");
-            match value {
-                MetaValue::Str(s) => push_str_literal(out, s),
-                MetaValue::Int(i) => push_i64(out, i),
-            }
-            out.extend_from_slice(b"}}");
-        };
+        let mut m =
+            |enc: &mut Self, name: &str, pid: i64, tid: i64, key: &str, value: MetaValue| {
+                enc.sep(out);
+                out.extend_from_slice(b"{\"ph\":\"M\",\"name\":\"");
+                out.extend_from_slice(name.as_bytes());
+                out.extend_from_slice(b"\",\"ts\":");
+                push_us3(out, ts);
+                out.extend_from_slice(b",\"pid\":");
+                push_i64(out, pid);
+                out.extend_from_slice(b",\"tid\":");
+                push_i64(out, tid);
+                out.extend_from_slice(b",\"args\":{\"");
+                out.extend_from_slice(key.as_bytes());
+                out.extend_from_slice(b"\":");
+                match value {
+                    MetaValue::Str(s) => push_str_literal(out, s),
+                    MetaValue::Int(i) => push_i64(out, i),
+                }
+                out.extend_from_slice(b"}}");
+            };
         let mut pids: BTreeSet<u32> = self.cpu_rows.iter().map(|(p, _)| *p).collect();
         pids.insert(pid);
         for p in pids {
-            m(self, "process_name", p as i64, 0, "name", MetaValue::Str(&meta.process_name));
-            m(self, "process_labels", p as i64, 0, "labels", MetaValue::Str("CPU"));
-            m(self, "process_sort_index", p as i64, 0, "sort_index", MetaValue::Int(p as i64));
+            m(
+                self,
+                "process_name",
+                p as i64,
+                0,
+                "name",
+                MetaValue::Str(&meta.process_name),
+            );
+            m(
+                self,
+                "process_labels",
+                p as i64,
+                0,
+                "labels",
+                MetaValue::Str("CPU"),
+            );
+            m(
+                self,
+                "process_sort_index",
+                p as i64,
+                0,
+                "sort_index",
+                MetaValue::Int(p as i64),
+            );
         }
         let mut cpu_rows: Vec<(u32, u32)> = self.cpu_rows.iter().copied().collect();
         cpu_rows.sort_unstable();
@@ -485,50 +519,119 @@ impl TraceEncoder {
                 .filter(|n| !n.is_empty())
                 .unwrap_or(&meta.process_name);
             let label = format!("thread {tid} ({tname})");
-            m(self, "thread_name", p as i64, tid as i64, "name", MetaValue::Str(&label));
-            m(self, "thread_sort_index", p as i64, tid as i64, "sort_index", MetaValue::Int(tid as i64));
+            m(
+                self,
+                "thread_name",
+                p as i64,
+                tid as i64,
+                "name",
+                MetaValue::Str(&label),
+            );
+            m(
+                self,
+                "thread_sort_index",
+                p as i64,
+                tid as i64,
+                "sort_index",
+                MetaValue::Int(tid as i64),
+            );
         }
         let devices: Vec<u32> = self.devices.iter().copied().collect();
         for d in devices {
             let label = format!("GPU {d}");
-            m(self, "process_name", d as i64, 0, "name", MetaValue::Str(&meta.process_name));
-            m(self, "process_labels", d as i64, 0, "labels", MetaValue::Str(&label));
+            m(
+                self,
+                "process_name",
+                d as i64,
+                0,
+                "name",
+                MetaValue::Str(&meta.process_name),
+            );
+            m(
+                self,
+                "process_labels",
+                d as i64,
+                0,
+                "labels",
+                MetaValue::Str(&label),
+            );
             let sort = d as u64 + GPU_SORT_BASE;
-            m(self, "process_sort_index", d as i64, 0, "sort_index", MetaValue::Int(sort as i64));
+            m(
+                self,
+                "process_sort_index",
+                d as i64,
+                0,
+                "sort_index",
+                MetaValue::Int(sort as i64),
+            );
         }
         let mut gpu_rows: Vec<(u32, u32)> = self.gpu_rows.iter().copied().collect();
         gpu_rows.sort_unstable();
         for (d, s) in gpu_rows {
             let label = format!("stream {s} ");
-            m(self, "thread_name", d as i64, s as i64, "name", MetaValue::Str(&label));
-            m(self, "thread_sort_index", d as i64, s as i64, "sort_index", MetaValue::Int(s as i64));
+            m(
+                self,
+                "thread_name",
+                d as i64,
+                s as i64,
+                "name",
+                MetaValue::Str(&label),
+            );
+            m(
+                self,
+                "thread_sort_index",
+                d as i64,
+                s as i64,
+                "sort_index",
+                MetaValue::Int(s as i64),
+            );
         }
         let device_rows: Vec<u32> = self.device_rows.iter().copied().collect();
         for d in device_rows {
             let label = format!("Device {d}");
-            m(self, "thread_name", d as i64, 1, "name", MetaValue::Str(&label));
+            m(
+                self,
+                "thread_name",
+                d as i64,
+                1,
+                "name",
+                MetaValue::Str(&label),
+            );
         }
         if self.overhead {
-            m(self, "process_name", -1, 0, "name", MetaValue::Str("CUPTI Overhead"));
-            m(self, "process_sort_index", -1, 0, "sort_index", MetaValue::Int(0x100000A));
+            m(
+                self,
+                "process_name",
+                -1,
+                0,
+                "name",
+                MetaValue::Str("CUPTI Overhead"),
+            );
+            m(
+                self,
+                "process_sort_index",
+                -1,
+                0,
+                "sort_index",
+                MetaValue::Int(0x100000A),
+            );
         }
-        // The span row viewers show for the whole window.
+        // The span row viewers show for the whole window. Named as Kineto names it: torch-tb-profiler
+        // takes the trace's extent from the event called `PyTorch Profiler (0)`.
         self.sep(out);
-        out.extend_from_slice(b"{\"ph\":\"X\",\"cat\":\"Trace\",\"name\":\"kinetrace (");
+        out.extend_from_slice(b"{\"ph\":\"X\",\"cat\":\"Trace\",\"name\":\"PyTorch Profiler (");
         push_u64(out, meta.cycle as u64);
-        out.extend_from_slice(b")\",\"pid\":\"Spans\",\"tid\":\"kinetrace\",\"ts\":");
+        out.extend_from_slice(b")\",\"pid\":\"Spans\",\"tid\":\"PyTorch Profiler\",\"ts\":");
         push_us3(out, ts);
         out.extend_from_slice(b",\"dur\":");
         push_us3(out, meta.window_end.saturating_sub(meta.window_start));
         out.extend_from_slice(b",\"args\":{\"Op count\":0}}");
         self.sep(out);
-        out.extend_from_slice(
-            b"{\"ph\":\"M\",\"name\":\"process_sort_index\",\"ts\":",
-        );
+        out.extend_from_slice(b"{\"ph\":\"M\",\"name\":\"process_sort_index\",\"ts\":");
         push_us3(out, ts);
         out.extend_from_slice(b",\"pid\":\"Spans\",\"tid\":0,\"args\":{\"sort_index\":536870912}}");
         self.sep(out);
-        out.extend_from_slice(b"{\"ph\":\"i\",\"s\":\"g\",\"name\":\"Iteration Start: kinetrace\",\"pid\":\"Traces\",\"tid\":\"Trace kinetrace\",\"ts\":");
+        out.extend_from_slice(b"{\"ph\":\"i\",\"s\":\"g\",\"name\":\"Iteration Start: PyTorch Profiler\",\"pid\":\"Traces\",\"tid\":\"Trace PyTorch Profiler\",\"ts\":");
         push_us3(out, ts);
         out.push(b'}');
         self.sep(out);
@@ -578,7 +681,10 @@ fn device_json(d: &DeviceProperties, out: &mut Vec<u8>) {
     field("computeMajor", d.compute_major as u64);
     field("computeMinor", d.compute_minor as u64);
     field("maxThreadsPerBlock", d.max_threads_per_block as u64);
-    field("maxThreadsPerMultiprocessor", d.max_threads_per_multiprocessor as u64);
+    field(
+        "maxThreadsPerMultiprocessor",
+        d.max_threads_per_multiprocessor as u64,
+    );
     field("regsPerBlock", d.regs_per_block as u64);
     field("warpSize", d.warp_size as u64);
     field("sharedMemPerBlock", d.shared_mem_per_block);
@@ -661,7 +767,12 @@ impl<'a> Args<'a> {
 }
 
 /// Renders a whole trace in memory (for tests, golden files and small exports).
-pub fn render_trace(meta: &TraceMeta, activities: &[Activity], base_ns: u64, trace_name: &str) -> Vec<u8> {
+pub fn render_trace(
+    meta: &TraceMeta,
+    activities: &[Activity],
+    base_ns: u64,
+    trace_name: &str,
+) -> Vec<u8> {
     let mut enc = TraceEncoder::new(base_ns);
     let mut body = Vec::new();
     for a in activities {
@@ -699,7 +810,11 @@ impl TraceDir {
 
 /// `{hostname}_{pid}`, the worker name `tensorboard_trace_handler` uses.
 pub fn default_worker_name() -> String {
-    format!("{}_{}", kinetrace_core::session::host_name(), std::process::id())
+    format!(
+        "{}_{}",
+        kinetrace_core::session::host_name(),
+        std::process::id()
+    )
 }
 
 impl SinkFactory for TraceDir {
@@ -720,7 +835,8 @@ pub struct KinetoSink {
 impl KinetoSink {
     /// Opens the spool for cycle `cycle` in `target.dir` (creating the directory).
     pub fn create(target: TraceDir, cycle: u32) -> io::Result<Self> {
-        fs::create_dir_all(&target.dir).map_err(|e| with_path(e, &target.dir, "create directory"))?;
+        fs::create_dir_all(&target.dir)
+            .map_err(|e| with_path(e, &target.dir, "create directory"))?;
         let spool_path = target.dir.join(format!(
             ".{}.{}.{}.events.tmp",
             target.worker,

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Compatibility tests with real trace consumers: HolisticTraceAnalysis 0.5.0 and torch-tb-profiler 0.4.3
+# read traces kinetrace writes (tests/compat). Builds the example binaries that write them, sets up the
+# pinned Python environment (scripts/compat-venv.sh) and runs pytest; exits non-zero on any failure.
+#
+#   scripts/compat-tests.sh [PYTEST_ARGS...]     # from anywhere; e.g. -k hta, -x
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+cargo build --release --example hta_fixture --example demo
+
+target_dir="$(cargo metadata --format-version 1 --no-deps |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+export KINETRACE_HTA_FIXTURE="$target_dir/release/examples/hta_fixture"
+export KINETRACE_DEMO="$target_dir/release/examples/demo"
+
+venv="$(scripts/compat-venv.sh)"
+
+# No .pytest_cache in the work tree.
+exec "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/compat "$@"
