@@ -13,6 +13,9 @@ cargo fmt --all -- --check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+step "CUPTI wheels (real libcupti and headers for the layout and loading tests)"
+bash scripts/cupti-wheels.sh
+
 step "cargo test"
 cargo test --workspace --locked
 

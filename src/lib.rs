@@ -41,6 +41,8 @@ pub use kinetrace_core::{
 };
 pub use kinetrace_export as export;
 
+#[cfg(feature = "cupti")]
+pub use kinetrace_cupti::{CuptiConfig, CuptiSource};
 #[cfg(feature = "tracing")]
 pub mod layer;
 #[cfg(feature = "tracing")]
@@ -245,6 +247,13 @@ impl ProfilerBuilder {
     pub fn source(mut self, source: impl ActivitySource + 'static) -> Self {
         self.sources.push(Box::new(source));
         self
+    }
+
+    /// Adds the NVIDIA backend (CUPTI) with default settings. On a machine without a CUDA driver or
+    /// libcupti it logs one line and the profiler records CPU events only.
+    #[cfg(feature = "cupti")]
+    pub fn cuda(self) -> Self {
+        self.source(CuptiSource::new(CuptiConfig::default()))
     }
 
     /// Slots in each thread's ring (default 16384). Events beyond it between drains are dropped and

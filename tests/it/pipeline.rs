@@ -457,3 +457,24 @@ fn a_panicking_callback_does_not_reach_the_caller() {
     assert_eq!(out.len(), 1);
     assert!(lines.lock().unwrap().iter().any(|l| l.contains("panicked")));
 }
+
+#[test]
+fn dropping_the_profiler_writes_the_trace() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let gpu = SimulatedGpu::new(0);
+    {
+        let _prof = Profiler::builder()
+            .output_dir(dir.path())
+            .source(gpu.clone())
+            .start()
+            .unwrap();
+        workload(&gpu);
+    }
+    let files = trace_files(dir.path());
+    assert_eq!(files.len(), 1);
+    let t = load(&files[0]);
+    assert_eq!(x_events(&t, "kernel").count(), 2);
+    // Only the trace is left: no spool or temporary file.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}

@@ -1,0 +1,266 @@
+//! Which CUPTI release is loaded, and what record layouts it writes.
+//!
+//! CUPTI always writes its own newest struct for each kind; the client cannot choose. Every record
+//! type is prefix-stable from 11.8 to 13.5 (checked against every wheel by the layout test in
+//! `kinetrace-cupti-sys`), so the decoders read the 11.8 prefix and the release only decides record
+//! sizes (for the size cross-check and for synthesising buffers).
+
+use std::fmt;
+use std::mem::size_of;
+
+use kinetrace_cupti_sys::{v12, v13};
+
+/// A CUPTI library release, as far as record layouts are concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Release {
+    /// CUDA major version (11, 12, 13).
+    pub major: u8,
+    /// CUDA minor version.
+    pub minor: u8,
+}
+
+impl fmt::Display for Release {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+/// The newest release whose layouts this build knows. Newer libraries are read with these layouts
+/// (their records only append fields).
+pub const NEWEST_KNOWN: Release = Release {
+    major: 13,
+    minor: 5,
+};
+
+impl Release {
+    /// CUPTI 11.8.
+    pub const V11_8: Release = Release {
+        major: 11,
+        minor: 8,
+    };
+    /// CUPTI 12.9.
+    pub const V12_9: Release = Release {
+        major: 12,
+        minor: 9,
+    };
+    /// CUPTI 13.0.
+    pub const V13_0: Release = Release {
+        major: 13,
+        minor: 0,
+    };
+    /// CUPTI 13.5.
+    pub const V13_5: Release = Release {
+        major: 13,
+        minor: 5,
+    };
+
+    /// The release from `cuptiGetVersion`'s value and the library's SONAME. Version 18 is shared by
+    /// 11.8, 12.0 and 12.1, so the SONAME (`libcupti.so.11.8` vs `libcupti.so.12`) decides.
+    /// `None` for values no release reports.
+    pub fn from_api_version(api: u32, soname: &str) -> Option<Release> {
+        let r = |major, minor| Some(Release { major, minor });
+        match api {
+            18 if soname.contains(".so.11") => r(11, 8),
+            18 => r(12, 0),
+            20 => r(12, 2),
+            21 => r(12, 3),
+            22 => r(12, 4),
+            23 => r(12, 5),
+            24 => r(12, 6),
+            26 => r(12, 8),
+            27 | 28 => r(12, 9),
+            // 13.0 on: xxyyzz.
+            v if (130_000..1_000_000).contains(&v) => {
+                r((v / 10_000) as u8, ((v / 100) % 100) as u8)
+            }
+            _ => None,
+        }
+    }
+
+    /// Record sizes this release writes.
+    pub fn layout(self) -> Layout {
+        let at_least = |major, minor| self >= Release { major, minor };
+        Layout {
+            release: self,
+            kernel: if at_least(13, 4) {
+                size_of::<v13::CUpti_ActivityKernel13>()
+            } else if at_least(13, 3) {
+                size_of::<v13::CUpti_ActivityKernel12>()
+            } else if at_least(13, 1) {
+                size_of::<v13::CUpti_ActivityKernel11>()
+            } else if at_least(13, 0) {
+                size_of::<v13::CUpti_ActivityKernel10>()
+            } else if at_least(12, 0) {
+                size_of::<v12::CUpti_ActivityKernel9>()
+            } else {
+                size_of::<v12::CUpti_ActivityKernel8>()
+            },
+            memcpy: if at_least(13, 4) {
+                size_of::<v13::CUpti_ActivityMemcpy7>()
+            } else if at_least(12, 8) {
+                size_of::<v12::CUpti_ActivityMemcpy6>()
+            } else {
+                size_of::<v12::CUpti_ActivityMemcpy5>()
+            },
+            memcpy_p2p: size_of::<v12::CUpti_ActivityMemcpyPtoP4>(),
+            memset: if at_least(13, 4) {
+                size_of::<v13::CUpti_ActivityMemset5>()
+            } else {
+                size_of::<v12::CUpti_ActivityMemset4>()
+            },
+            api: size_of::<v12::CUpti_ActivityAPI>(),
+            sync: if at_least(12, 8) {
+                size_of::<v12::CUpti_ActivitySynchronization2>()
+            } else {
+                size_of::<v12::CUpti_ActivitySynchronization>()
+            },
+            memory: if at_least(12, 6) {
+                size_of::<v12::CUpti_ActivityMemory4>()
+            } else {
+                size_of::<v12::CUpti_ActivityMemory3>()
+            },
+            memory_pool: if at_least(13, 0) {
+                size_of::<v13::CUpti_ActivityMemoryPool3>()
+            } else {
+                size_of::<v12::CUpti_ActivityMemoryPool2>()
+            },
+            external_correlation: size_of::<v12::CUpti_ActivityExternalCorrelation>(),
+            overhead: if at_least(12, 4) {
+                size_of::<v12::CUpti_ActivityOverhead3>()
+            } else {
+                // Overhead2 (12.3, 48 B) is not in the bindings; 12.3 is read with the v1 prefix.
+                size_of::<v12::CUpti_ActivityOverhead>() + if at_least(12, 3) { 8 } else { 0 }
+            },
+            marker: size_of::<v12::CUpti_ActivityMarker2>(),
+        }
+    }
+}
+
+/// The size in bytes of each record kind one release writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct Layout {
+    pub release: Release,
+    pub kernel: usize,
+    pub memcpy: usize,
+    pub memcpy_p2p: usize,
+    pub memset: usize,
+    pub api: usize,
+    pub sync: usize,
+    pub memory: usize,
+    pub memory_pool: usize,
+    pub external_correlation: usize,
+    pub overhead: usize,
+    pub marker: usize,
+}
+
+impl Layout {
+    /// The size of a record of `kind` (a `CUPTI_ACTIVITY_KIND_*` value), or `None` for kinds
+    /// kinetrace does not read.
+    pub fn size_of_kind(&self, kind: u32) -> Option<usize> {
+        use crate::kinds::*;
+        Some(match kind {
+            CONCURRENT_KERNEL | KERNEL => self.kernel,
+            MEMCPY => self.memcpy,
+            MEMCPY2 => self.memcpy_p2p,
+            MEMSET => self.memset,
+            RUNTIME | DRIVER => self.api,
+            SYNCHRONIZATION => self.sync,
+            MEMORY2 => self.memory,
+            MEMORY_POOL => self.memory_pool,
+            EXTERNAL_CORRELATION => self.external_correlation,
+            OVERHEAD => self.overhead,
+            MARKER => self.marker,
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_map_to_releases() {
+        assert_eq!(
+            Release::from_api_version(18, "libcupti.so.11.8"),
+            Some(Release::V11_8)
+        );
+        assert_eq!(
+            Release::from_api_version(18, "libcupti.so.12"),
+            Some(Release {
+                major: 12,
+                minor: 0
+            })
+        );
+        assert_eq!(
+            Release::from_api_version(28, "libcupti.so.12"),
+            Some(Release::V12_9)
+        );
+        assert_eq!(
+            Release::from_api_version(130001, "libcupti.so.13"),
+            Some(Release::V13_0)
+        );
+        assert_eq!(
+            Release::from_api_version(130101, "libcupti.so.13"),
+            Some(Release {
+                major: 13,
+                minor: 1
+            })
+        );
+        assert_eq!(
+            Release::from_api_version(130500, "libcupti.so.13"),
+            Some(Release::V13_5)
+        );
+        assert_eq!(Release::from_api_version(25, "libcupti.so.12"), None);
+        assert_eq!(Release::from_api_version(0, "libcupti.so.13"), None);
+    }
+
+    #[test]
+    fn sizes_follow_the_research_table() {
+        let l = Release::V11_8.layout();
+        assert_eq!(
+            (l.kernel, l.memcpy, l.memset, l.sync, l.memory, l.overhead),
+            (200, 88, 88, 40, 120, 40)
+        );
+        let l = Release::V12_9.layout();
+        assert_eq!(
+            (
+                l.kernel,
+                l.memcpy,
+                l.memset,
+                l.sync,
+                l.memory,
+                l.memory_pool
+            ),
+            (208, 96, 88, 56, 128, 72)
+        );
+        let l = Release::V13_0.layout();
+        assert_eq!((l.kernel, l.memcpy, l.memory_pool), (216, 96, 80));
+        let l = Release {
+            major: 13,
+            minor: 3,
+        }
+        .layout();
+        assert_eq!(l.kernel, 232);
+        let l = Release::V13_5.layout();
+        assert_eq!(
+            (l.kernel, l.memcpy, l.memset, l.overhead),
+            (248, 112, 104, 56)
+        );
+        assert_eq!(
+            (l.api, l.memcpy_p2p, l.external_correlation, l.marker),
+            (40, 96, 24, 56)
+        );
+        // A release newer than this build is read with the newest layout we know.
+        assert_eq!(
+            Release {
+                major: 13,
+                minor: 9
+            }
+            .layout()
+            .kernel,
+            248
+        );
+    }
+}

@@ -1,0 +1,572 @@
+//! The real pipeline (kinetrace facade → session → Kineto writer) with the CUPTI source pointed at
+//! the fake libcupti, in every record layout, and under every injected fault. Each test runs in its
+//! own child process (CUPTI, the fake and the session are process-wide).
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use kinetrace::{ActivitySet, Profiler};
+use kinetrace_cupti::{CuptiConfig, CuptiSource};
+use serde_json::Value;
+
+const N: usize = 150;
+const STREAMS: [u32; 2] = [7, 13];
+
+fn config(lib: &Path) -> CuptiConfig {
+    CuptiConfig {
+        library: Some(lib.to_path_buf()),
+        driver: Some(lib.to_path_buf()),
+        // Small buffers: the scenario rolls over many times.
+        buffer_size: 4096,
+        late_buffer_wait: Duration::from_millis(500),
+        ..CuptiConfig::default()
+    }
+}
+
+struct Expected {
+    kernels: usize,
+    memcpy: usize,
+    memset: usize,
+    sync: usize,
+    runtime: usize,
+    driver: usize,
+    memory: usize,
+}
+
+/// N kernels on each of 2 streams, a copy of each kind, sets, syncs, allocs, a graph, a driver
+/// launch and blocklisted noise; the first half inside span "outer", the rest inside "inner" nested
+/// in it. Returns the span-relevant correlation ids.
+fn scenario(fake: &Fake) -> (Vec<u32>, Vec<u32>) {
+    let mut outer_ids = Vec::new();
+    let mut inner_ids = Vec::new();
+    let _outer = kinetrace::record_function("outer");
+    for i in 0..N {
+        for s in STREAMS {
+            let c = fake.kernel(&format!("gemm_{}", i % 3), s);
+            if i < N / 2 {
+                outer_ids.push(c);
+            }
+        }
+    }
+    {
+        let _inner = kinetrace::record_function("inner");
+        for i in N / 2..N {
+            let _ = i;
+        }
+        // Copies of each kind: HtoD pageable→device, DtoH device→pinned, DtoD, HtoH, PtoP.
+        inner_ids.push(fake.memcpy(1, 1, 3, 1 << 20, 7));
+        inner_ids.push(fake.memcpy(2, 3, 2, 1 << 20, 13));
+        inner_ids.push(fake.memcpy(8, 3, 3, 4096, 7));
+        inner_ids.push(fake.memcpy(9, 2, 1, 512, 13));
+        inner_ids.push(fake.memcpy(10, 3, 3, 8192, 7));
+        inner_ids.push(fake.memset(4096, 7));
+        inner_ids.push(fake.memset(8192, 13));
+        inner_ids.push(fake.graph(42, 3, 13));
+        inner_ids.push(fake.driver_kernel("driver_kernel", 7));
+    }
+    for (kind, stream) in [(1, 7), (2, 13), (3, 7), (4, 0)] {
+        fake.sync(kind, stream);
+    }
+    fake.malloc(0x1000, 1 << 20);
+    fake.malloc(0x200000, 4096);
+    fake.free(0x1000, 1 << 20);
+    fake.free(0x200000, 4096);
+    for _ in 0..3 {
+        fake.runtime_call(17); // cudaGetDevice: Kineto's noise, dropped.
+    }
+    (outer_ids, inner_ids)
+}
+
+fn expected() -> Expected {
+    Expected {
+        kernels: 2 * N + 3 + 1,
+        memcpy: 5,
+        memset: 2,
+        sync: 4,
+        runtime: 2 * N + 5 + 2 + 1 + 4 + 4,
+        driver: 1,
+        memory: 4,
+    }
+}
+
+fn run_scenario(file_name: &str, version: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = fake_as(dir.path(), file_name);
+    let fake = Fake::open(&lib);
+    let source = CuptiSource::new(config(&lib));
+    let info = source.library_info().expect("fake loads").clone();
+    assert_eq!(info.api_version.to_string(), version);
+    let out = dir.path().join("traces");
+    let log = Log::default();
+    let profiler = Profiler::builder()
+        .source(source)
+        .activities(ActivitySet::all())
+        .output_dir(&out)
+        .log(log.sink())
+        .start()
+        .unwrap();
+    let (outer_ids, inner_ids) = scenario(&fake);
+    let written = profiler.stop();
+    assert_eq!(written.len(), 1);
+    assert!(
+        log.lines().is_empty(),
+        "unexpected messages: {:?}",
+        log.lines()
+    );
+    let stats = fake.stats();
+    assert!(
+        stats.buffers_completed > 10,
+        "the scenario must roll buffers over: {stats:?}"
+    );
+    assert_eq!(stats.finalized, 1, "dropping the profiler finalizes CUPTI");
+    assert_eq!(
+        stats.enabled_kinds, 0,
+        "every kind disabled after the last window"
+    );
+    assert_eq!(stats.records_dropped, 0);
+
+    let trace = load_trace(&out);
+    let e = expected();
+    let kernels = x(&trace, "kernel");
+    assert_eq!(kernels.len(), e.kernels, "kernels");
+    assert_eq!(x(&trace, "gpu_memcpy").len(), e.memcpy, "memcpy");
+    assert_eq!(x(&trace, "gpu_memset").len(), e.memset, "memset");
+    assert_eq!(x(&trace, "cuda_sync").len(), e.sync, "sync");
+    let runtime = x(&trace, "cuda_runtime");
+    assert_eq!(runtime.len(), e.runtime, "runtime");
+    assert_eq!(x(&trace, "cuda_driver").len(), e.driver, "driver");
+    let memory: Vec<&Value> = events(&trace)
+        .iter()
+        .filter(|ev| ev["ph"] == "i" && ev["name"] == "[memory]")
+        .collect();
+    assert_eq!(memory.len(), e.memory, "memory events");
+    assert!(runtime.iter().all(|r| r["name"] != "cudaGetDevice"));
+    assert!(runtime.iter().any(|r| r["name"] == "cudaLaunchKernel"));
+    assert!(runtime.iter().any(|r| r["name"] == "cudaGraphLaunch"));
+
+    // Every GPU record links to its API call: same correlation, and an ac2g flow pair.
+    let api_corr: HashSet<u64> = runtime
+        .iter()
+        .chain(x(&trace, "cuda_driver").iter())
+        .map(|r| r["args"]["correlation"].as_u64().unwrap())
+        .collect();
+    let flow_s: HashSet<u64> = events(&trace)
+        .iter()
+        .filter(|ev| ev["cat"] == "ac2g" && ev["ph"] == "s")
+        .map(|ev| ev["id"].as_u64().unwrap())
+        .collect();
+    let flow_f: HashMap<u64, usize> = events(&trace)
+        .iter()
+        .filter(|ev| ev["cat"] == "ac2g" && ev["ph"] == "f")
+        .fold(HashMap::new(), |mut m, ev| {
+            *m.entry(ev["id"].as_u64().unwrap()).or_default() += 1;
+            m
+        });
+    for cat in ["kernel", "gpu_memcpy", "gpu_memset", "cuda_sync"] {
+        for g in x(&trace, cat) {
+            let c = g["args"]["correlation"].as_u64().unwrap();
+            assert!(api_corr.contains(&c), "{cat} {c} has no API call");
+            assert!(flow_f.contains_key(&c), "{cat} {c} has no ac2g f");
+            if cat != "cuda_sync" {
+                assert!(flow_s.contains(&c), "{cat} {c} has no ac2g s");
+            }
+        }
+    }
+    // Graph kernels: one per node, graph/node ids, one shared correlation.
+    let graph: Vec<&&Value> = kernels
+        .iter()
+        .filter(|k| k["args"]["graph id"] == 42)
+        .collect();
+    assert_eq!(graph.len(), 3);
+    let nodes: HashSet<u64> = graph
+        .iter()
+        .map(|k| k["args"]["graph node id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(nodes, HashSet::from([1, 2, 3]));
+    assert_eq!(
+        graph
+            .iter()
+            .map(|k| &k["args"]["correlation"])
+            .collect::<HashSet<_>>()
+            .len(),
+        1
+    );
+    // Both streams, grid/block and peer copy args survive.
+    let streams: HashSet<u64> = kernels
+        .iter()
+        .map(|k| k["args"]["stream"].as_u64().unwrap())
+        .collect();
+    assert_eq!(streams, HashSet::from([7, 13]));
+    let k0 = kernels.iter().find(|k| k["name"] == "gemm_0").unwrap();
+    assert_eq!(k0["args"]["grid"], serde_json::json!([64, 2, 1]));
+    assert_eq!(k0["args"]["block"], serde_json::json!([128, 1, 1]));
+    assert_eq!(k0["args"]["shared memory"], 1536);
+    let memcpy_names: HashSet<&str> = x(&trace, "gpu_memcpy")
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        memcpy_names.contains("Memcpy HtoD (Pageable -> Device)"),
+        "{memcpy_names:?}"
+    );
+    assert!(
+        memcpy_names.contains("Memcpy PtoP (Device -> Device)"),
+        "{memcpy_names:?}"
+    );
+
+    // External ids: the kernels launched in "outer" carry outer's id; those in "inner" inner's.
+    let span_id = |name: &str| {
+        x(&trace, "user_annotation")
+            .into_iter()
+            .find(|s| s["name"] == name)
+            .and_then(|s| s["args"]["External id"].as_u64())
+            .unwrap_or_else(|| panic!("span {name}"))
+    };
+    let (outer, inner) = (span_id("outer"), span_id("inner"));
+    let by_corr: HashMap<u64, &Value> = events(&trace)
+        .iter()
+        .filter(|ev| {
+            ev["ph"] == "X"
+                && ["kernel", "gpu_memcpy", "gpu_memset"]
+                    .contains(&ev["cat"].as_str().unwrap_or(""))
+        })
+        .map(|ev| (ev["args"]["correlation"].as_u64().unwrap(), ev))
+        .collect();
+    for c in outer_ids {
+        assert_eq!(
+            by_corr[&(c as u64)]["args"]["External id"].as_u64(),
+            Some(outer),
+            "corr {c}"
+        );
+    }
+    for c in inner_ids {
+        assert_eq!(
+            by_corr[&(c as u64)]["args"]["External id"].as_u64(),
+            Some(inner),
+            "corr {c}"
+        );
+    }
+    // API calls carry the span's id too, and the system thread id of the calling thread.
+    let launch = runtime
+        .iter()
+        .find(|r| r["name"] == "cudaLaunchKernel")
+        .unwrap();
+    assert_eq!(launch["args"]["External id"].as_u64(), Some(outer));
+    let span_tid = x(&trace, "user_annotation")
+        .iter()
+        .find(|s| s["name"] == "outer")
+        .unwrap()["tid"]
+        .clone();
+    assert_eq!(launch["tid"], span_tid);
+    // CPU and GPU times share one clock domain: each kernel starts after its launch call starts.
+    let launch_ts: HashMap<u64, f64> = runtime
+        .iter()
+        .map(|r| {
+            (
+                r["args"]["correlation"].as_u64().unwrap(),
+                r["ts"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    for k in &kernels {
+        let c = k["args"]["correlation"].as_u64().unwrap();
+        if let Some(ts) = launch_ts.get(&c) {
+            assert!(k["ts"].as_f64().unwrap() >= *ts, "kernel before its launch");
+        }
+    }
+    assert_eq!(
+        trace["cupti_version"].as_str().map(str::to_owned),
+        Some(version.to_string()),
+        "metadata"
+    );
+}
+
+#[test]
+fn pipeline_cupti_11_8_layout() {
+    in_child(
+        "pipeline_cupti_11_8_layout",
+        &[("FAKE_CUPTI_VERSION", "18")],
+        || run_scenario("libcupti.so.11.8", "18"),
+    );
+}
+
+#[test]
+fn pipeline_cupti_12_9_layout() {
+    in_child(
+        "pipeline_cupti_12_9_layout",
+        &[("FAKE_CUPTI_VERSION", "28")],
+        || run_scenario("libcupti.so.12", "28"),
+    );
+}
+
+#[test]
+fn pipeline_cupti_13_0_layout() {
+    in_child(
+        "pipeline_cupti_13_0_layout",
+        &[("FAKE_CUPTI_VERSION", "130001")],
+        || run_scenario("libcupti.so.13", "130001"),
+    );
+}
+
+#[test]
+fn pipeline_cupti_13_5_layout() {
+    in_child(
+        "pipeline_cupti_13_5_layout",
+        &[("FAKE_CUPTI_VERSION", "130500")],
+        || run_scenario("libcupti.so.13", "130500"),
+    );
+}
+
+/// Runs a small workload under a fault and checks the job went on and a trace was written.
+fn survives(
+    env_version: &str,
+    tweak: impl FnOnce(&mut CuptiConfig),
+) -> (Value, Vec<String>, FakeStats) {
+    let _ = env_version;
+    let dir = tempfile::tempdir().unwrap();
+    let lib = fake_as(dir.path(), "libcupti.so.12");
+    let fake = Fake::open(&lib);
+    let mut cfg = config(&lib);
+    tweak(&mut cfg);
+    let out = dir.path().join("traces");
+    let log = Log::default();
+    let profiler = Profiler::builder()
+        .source(CuptiSource::new(cfg))
+        .activities(ActivitySet::all())
+        .output_dir(&out)
+        .log(log.sink())
+        .start()
+        .unwrap();
+    {
+        let _s = kinetrace::record_function("work");
+        for i in 0..100 {
+            fake.kernel("k", STREAMS[i % 2]);
+        }
+        fake.memcpy(1, 1, 3, 1024, 7);
+        fake.sync(3, 7);
+    }
+    let written = profiler.stop();
+    assert_eq!(written.len(), 1, "the trace is still written");
+    let trace = load_trace(&out);
+    assert_eq!(
+        x(&trace, "user_annotation")
+            .iter()
+            .filter(|s| s["name"] == "work")
+            .count(),
+        1,
+        "CPU side intact"
+    );
+    (trace, log.lines(), fake.stats())
+}
+
+#[test]
+fn fault_enable_fails() {
+    in_child(
+        "fault_enable_fails",
+        &[
+            ("FAKE_CUPTI_FAIL", "cuptiActivityEnable"),
+            ("FAKE_CUPTI_FAIL_CODE", "15"),
+        ],
+        || {
+            let (trace, log, _) = survives("28", |_| {});
+            assert_eq!(x(&trace, "kernel").len(), 0);
+            assert_eq!(log.len(), 1, "{log:?}");
+            assert!(
+                log[0].contains("cupti") && log[0].contains("CUPTI_ERROR_NOT_INITIALIZED"),
+                "{log:?}"
+            );
+        },
+    );
+}
+
+#[test]
+fn fault_every_call_fails() {
+    in_child(
+        "fault_every_call_fails",
+        &[("FAKE_CUPTI_FAIL", "*"), ("FAKE_CUPTI_FAIL_CODE", "999")],
+        || {
+            let (trace, log, _) = survives("28", |_| {});
+            assert_eq!(x(&trace, "kernel").len(), 0);
+            assert_eq!(log.len(), 1, "{log:?}");
+            assert!(log[0].contains("CUPTI_ERROR_UNKNOWN"), "{log:?}");
+        },
+    );
+}
+
+#[test]
+fn fault_flush_fails() {
+    in_child(
+        "fault_flush_fails",
+        &[("FAKE_CUPTI_FAIL", "cuptiActivityFlushAll")],
+        || {
+            let (trace, _, stats) = survives("28", |_| {});
+            // Only buffers that filled up arrive; the partial last one is lost, and the trace says so.
+            let k = x(&trace, "kernel").len();
+            assert!(k < 100 && stats.buffers_completed > 0, "{k} {stats:?}");
+            assert!(
+                trace["cupti_flush"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("failed"),
+                "{}",
+                trace["cupti_flush"]
+            );
+        },
+    );
+}
+
+#[test]
+fn fault_dropped_records_are_counted() {
+    in_child(
+        "fault_dropped_records_are_counted",
+        &[("FAKE_CUPTI_DROP_EVERY", "7")],
+        || {
+            let (trace, log, stats) = survives("28", |_| {});
+            let gpu = x(&trace, "kernel").len()
+                + x(&trace, "gpu_memcpy").len()
+                + x(&trace, "cuda_sync").len();
+            assert_eq!(gpu as u64 + stats.records_dropped, 102);
+            assert_eq!(
+                trace["dropped_events"]["cupti"].as_u64(),
+                Some(stats.records_dropped)
+            );
+            assert!(
+                log.iter().any(|l| l.contains("dropped")),
+                "one warning about the loss: {log:?}"
+            );
+        },
+    );
+}
+
+#[test]
+fn fault_subscribe_refused() {
+    in_child(
+        "fault_subscribe_refused",
+        &[("FAKE_CUPTI_SUBSCRIBE_REFUSED", "1")],
+        || {
+            let (trace, log, _) = survives("28", |_| {});
+            let kernels = x(&trace, "kernel");
+            assert_eq!(
+                kernels.len(),
+                100,
+                "records still come through the activity API"
+            );
+            assert!(
+                kernels
+                    .iter()
+                    .all(|k| k["args"].get("External id").is_none()),
+                "no links without callbacks"
+            );
+            assert!(trace["cupti_subscribe"]
+                .as_str()
+                .unwrap()
+                .contains("MULTIPLE_SUBSCRIBERS"));
+            assert!(log.is_empty(), "{log:?}");
+        },
+    );
+}
+
+#[test]
+fn fault_late_buffers() {
+    in_child(
+        "fault_late_buffers",
+        &[("FAKE_CUPTI_LATE_MS", "30")],
+        || {
+            let (trace, _, _) = survives("28", |_| {});
+            assert_eq!(
+                x(&trace, "kernel").len(),
+                100,
+                "late buffers are waited for at flush"
+            );
+        },
+    );
+}
+
+#[test]
+fn fault_no_driver() {
+    in_child("fault_no_driver", &[], || {
+        let (trace, log, stats) = survives("28", |c| {
+            c.driver = Some("/nonexistent/libcuda.so.1".into())
+        });
+        assert_eq!(x(&trace, "kernel").len(), 0);
+        assert_eq!(log.len(), 1, "{log:?}");
+        assert!(log[0].contains("no CUDA driver"), "{log:?}");
+        assert_eq!(stats.enabled_kinds, 0);
+        assert!(trace["cupti_status"]
+            .as_str()
+            .unwrap()
+            .starts_with("off: no CUDA driver"));
+    });
+}
+
+/// A flood far beyond the buffer bound: memory stays within the bound and every lost record is
+/// accounted for.
+fn flood(file: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = fake_as(dir.path(), file);
+    let fake = Fake::open(&lib);
+    let mut cfg = config(&lib);
+    cfg.buffer_size = 4096;
+    cfg.max_buffer_bytes = 16 * 4096;
+    let out = dir.path().join("traces");
+    let log = Log::default();
+    let profiler = Profiler::builder()
+        .source(CuptiSource::new(cfg))
+        .output_dir(&out)
+        .log(log.sink())
+        .start()
+        .unwrap();
+    const FLOOD: usize = 20_000;
+    for i in 0..FLOOD {
+        fake.kernel("flood", STREAMS[i % 2]);
+    }
+    profiler.stop();
+    let stats = fake.stats();
+    let pool = kinetrace_cupti::pool_stats();
+    assert!(
+        pool.allocated_bytes <= 16 * 4096 + kinetrace_cupti::pool::RESERVE_SLOTS * 4096,
+        "{pool:?}"
+    );
+    assert_eq!(
+        stats.null_buffers_before_v27, 0,
+        "CUPTI < 12.9 must never get a null buffer"
+    );
+    let trace = load_trace(&out);
+    let kernels = x(&trace, "kernel").len() as u64;
+    let runtime = x(&trace, "cuda_runtime").len() as u64;
+    let dropped = trace["dropped_events"]["cupti"].as_u64().unwrap();
+    assert!(kernels < FLOOD as u64, "the flood must overflow the bound");
+    assert!(dropped > 0);
+    // Every record the fake produced is either in the trace or counted as dropped (external-
+    // correlation records are consumed, not written).
+    let ext = stats.records_written + stats.records_dropped - (2 * FLOOD as u64);
+    assert_eq!(
+        kernels + runtime + dropped + ext,
+        stats.records_written + stats.records_dropped,
+        "{stats:?} {pool:?}"
+    );
+    let log = log.lines();
+    assert!(log.iter().any(|l| l.contains("dropped")), "{log:?}");
+}
+
+#[test]
+fn flood_is_bounded_12_9() {
+    in_child(
+        "flood_is_bounded_12_9",
+        &[("FAKE_CUPTI_VERSION", "28")],
+        || flood("libcupti.so.12"),
+    );
+}
+
+#[test]
+fn flood_is_bounded_11_8_without_null_buffers() {
+    in_child(
+        "flood_is_bounded_11_8_without_null_buffers",
+        &[("FAKE_CUPTI_VERSION", "18")],
+        || flood("libcupti.so.11.8"),
+    );
+}
