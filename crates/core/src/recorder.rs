@@ -50,22 +50,9 @@ const SPAN_ID_BLOCK: u64 = 4096;
 /// A fresh span id, unique in this process.
 #[inline]
 pub fn next_span_id() -> u64 {
-    thread_local! {
-        static IDS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
-    }
-    IDS.try_with(|c| {
-        let (next, end) = c.get();
-        if next < end {
-            c.set((next + 1, end));
-            next
-        } else {
-            // Relaxed: only uniqueness matters, which the RMW gives regardless of ordering.
-            let base = NEXT_SPAN_ID.fetch_add(SPAN_ID_BLOCK, Ordering::Relaxed);
-            c.set((base + 1, base + SPAN_ID_BLOCK));
-            base
-        }
-    })
-    .unwrap_or_else(|_| NEXT_SPAN_ID.fetch_add(1, Ordering::Relaxed))
+    TLS.try_with(Tls::next_span_id)
+        // Relaxed: only uniqueness matters, which the RMW gives regardless of ordering.
+        .unwrap_or_else(|_| NEXT_SPAN_ID.fetch_add(1, Ordering::Relaxed))
 }
 
 /// One entry in a thread's ring.
@@ -134,10 +121,53 @@ struct Local {
     tid: u32,
 }
 
-thread_local! {
-    static LOCAL: RefCell<Option<Local>> = const { RefCell::new(None) };
+/// Everything the hot path needs from thread-local storage, in one place so a span costs one TLS
+/// lookup at enter and one at exit.
+struct Tls {
+    /// This thread's ring, created on first use.
+    ring: RefCell<Option<Local>>,
     /// The innermost open span on this thread, which API calls and GPU work launched now link to.
-    static CURRENT_EXTERNAL_ID: Cell<u64> = const { Cell::new(0) };
+    external_id: Cell<u64>,
+    /// The thread's current block of span ids: (next, end).
+    ids: Cell<(u64, u64)>,
+}
+
+impl Tls {
+    #[inline]
+    fn next_span_id(&self) -> u64 {
+        let (next, end) = self.ids.get();
+        if next < end {
+            self.ids.set((next + 1, end));
+            next
+        } else {
+            // Relaxed: only uniqueness matters, which the RMW gives regardless of ordering.
+            let base = NEXT_SPAN_ID.fetch_add(SPAN_ID_BLOCK, Ordering::Relaxed);
+            self.ids.set((base + 1, base + SPAN_ID_BLOCK));
+            base
+        }
+    }
+
+    #[inline]
+    fn push_with(&self, make: impl FnOnce(u32, u32) -> CpuRecord) -> bool {
+        let mut ring = match self.ring.try_borrow_mut() {
+            Ok(r) => r,
+            // Re-entered from inside a push (a signal handler, say): drop rather than deadlock.
+            Err(_) => return false,
+        };
+        let l = ring.get_or_insert_with(register_this_thread);
+        let record = make(l.pid, l.tid);
+        l.writer.try_push(record).is_ok()
+    }
+}
+
+thread_local! {
+    static TLS: Tls = const {
+        Tls {
+            ring: RefCell::new(None),
+            external_id: Cell::new(0),
+            ids: Cell::new((0, 0)),
+        }
+    };
 }
 
 /// The OS thread id of the calling thread.
@@ -173,19 +203,8 @@ pub fn push(record: CpuRecord) -> bool {
 /// Like [`push`], for records that need this thread's (pid, tid): `make` receives them.
 #[inline]
 pub fn push_with(make: impl FnOnce(u32, u32) -> CpuRecord) -> bool {
-    LOCAL
-        .try_with(|local| {
-            let mut local = match local.try_borrow_mut() {
-                Ok(l) => l,
-                // Re-entered from inside a push (a signal handler, say): drop rather than deadlock.
-                Err(_) => return false,
-            };
-            let l = local.get_or_insert_with(register_this_thread);
-            let record = make(l.pid, l.tid);
-            l.writer.try_push(record).is_ok()
-        })
-        // The thread is being torn down: its ring is gone.
-        .unwrap_or(false)
+    // Err: the thread is being torn down and its ring is gone.
+    TLS.try_with(|t| t.push_with(make)).unwrap_or(false)
 }
 
 #[cold]
@@ -205,7 +224,7 @@ fn register_this_thread() -> Local {
 /// The `External id` API calls made now on this thread link to, if any.
 #[inline]
 pub fn current_external_id() -> Option<u64> {
-    let id = CURRENT_EXTERNAL_ID.try_with(|c| c.get()).unwrap_or(0);
+    let id = TLS.try_with(|t| t.external_id.get()).unwrap_or(0);
     (id != 0).then_some(id)
 }
 
@@ -213,13 +232,13 @@ pub fn current_external_id() -> Option<u64> {
 /// [`restore_external_id`]).
 #[inline]
 pub fn push_external_id(id: u64) -> u64 {
-    CURRENT_EXTERNAL_ID.try_with(|c| c.replace(id)).unwrap_or(0)
+    TLS.try_with(|t| t.external_id.replace(id)).unwrap_or(0)
 }
 
 /// Restores the external id saved by [`push_external_id`].
 #[inline]
 pub fn restore_external_id(previous: u64) {
-    let _ = CURRENT_EXTERNAL_ID.try_with(|c| c.set(previous));
+    let _ = TLS.try_with(|t| t.external_id.set(previous));
 }
 
 /// An open CPU span; records one `user_annotation` (or `cpu_op`) when dropped.
@@ -250,8 +269,13 @@ impl SpanGuard {
 
     #[inline(never)]
     fn enter_active(name: NameId, annotation: bool) -> SpanGuard {
-        let id = next_span_id();
-        let previous_external_id = push_external_id(id);
+        let ids = TLS.try_with(|t| {
+            let id = t.next_span_id();
+            (id, t.external_id.replace(id))
+        });
+        let Ok((id, previous_external_id)) = ids else {
+            return SpanGuard { open: None };
+        };
         SpanGuard {
             open: Some(OpenSpan {
                 name,
@@ -274,13 +298,15 @@ impl Drop for SpanGuard {
     fn drop(&mut self) {
         if let Some(o) = self.open.take() {
             let end = UnixNanos::now();
-            restore_external_id(o.previous_external_id);
-            push(CpuRecord::Span {
-                name: o.name,
-                annotation: o.annotation,
-                start: o.start,
-                end,
-                id: o.id,
+            let _ = TLS.try_with(|t| {
+                t.external_id.set(o.previous_external_id);
+                t.push_with(|_, _| CpuRecord::Span {
+                    name: o.name,
+                    annotation: o.annotation,
+                    start: o.start,
+                    end,
+                    id: o.id,
+                })
             });
         }
     }

@@ -1,0 +1,347 @@
+//! Finding trace files, and reducing each to a small per-rank summary in parallel.
+//!
+//! Each worker thread takes the next file, reads it into rows, runs every analysis on it and keeps
+//! only the summary before it takes another file, so at most one parsed rank per worker is in
+//! memory. The only cross-rank input of the HTA analyses (whether the step filter applies, which
+//! depends on the `ProfilerStep` strings of all ranks) is settled afterwards: a rank that cannot
+//! decide it alone is analysed both ways.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::panic::{self, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+
+use kinetrace_export::reader::{rank_like_hta_from_reader, ReadError};
+use serde::Serialize;
+
+use crate::hta::{analyze_rank, hta_view, HtaOptions, HtaRank, StepFilter, Symbols};
+use crate::memory::{memory, MemoryDevice};
+use crate::ops::{op_table, OpStat};
+use crate::rows::load_rows;
+use crate::steps::{steps, StepRow};
+
+/// A trace to analyse: a file, or bytes already in memory (tests, fuzzing).
+#[derive(Clone, Debug)]
+pub enum TraceSource {
+    /// A file on disk, plain or gzip.
+    File(PathBuf),
+    /// In-memory bytes, named for messages.
+    Memory {
+        /// Name used in messages.
+        name: PathBuf,
+        /// The file's bytes.
+        bytes: Vec<u8>,
+    },
+}
+
+impl TraceSource {
+    /// The path or name.
+    pub fn path(&self) -> &Path {
+        match self {
+            TraceSource::File(p) => p,
+            TraceSource::Memory { name, .. } => name,
+        }
+    }
+
+    fn len(&self) -> u64 {
+        match self {
+            TraceSource::File(p) => std::fs::metadata(p).map_or(0, |m| m.len()),
+            TraceSource::Memory { bytes, .. } => bytes.len() as u64,
+        }
+    }
+
+    fn open(&self) -> io::Result<Box<dyn Read + '_>> {
+        Ok(match self {
+            TraceSource::File(p) => Box::new(BufReader::with_capacity(256 * 1024, File::open(p)?)),
+            TraceSource::Memory { bytes, .. } => Box::new(&bytes[..]),
+        })
+    }
+}
+
+/// A file (or directory) that could not be analysed, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FileProblem {
+    /// The file or directory.
+    pub file: PathBuf,
+    /// Byte offset in the (decompressed) JSON, where the problem has one.
+    pub offset: Option<u64>,
+    /// What is wrong, and what to do about it where that is known.
+    pub message: String,
+}
+
+impl fmt::Display for FileProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.offset {
+            Some(o) => write!(f, "{}: at byte {o}: {}", self.file.display(), self.message),
+            None => write!(f, "{}: {}", self.file.display(), self.message),
+        }
+    }
+}
+
+impl From<ReadError> for FileProblem {
+    fn from(e: ReadError) -> FileProblem {
+        FileProblem {
+            file: e.path,
+            offset: e.offset,
+            message: e.message,
+        }
+    }
+}
+
+/// The trace files named by `inputs`: a directory stands for every `*.json` / `*.gz` file directly
+/// in it (as HTA takes them), sorted by name; a file stands for itself. Inputs that give no file
+/// are reported.
+pub fn discover(inputs: &[PathBuf]) -> (Vec<PathBuf>, Vec<FileProblem>) {
+    let mut files = Vec::new();
+    let mut problems = Vec::new();
+    let problem = |p: &Path, message: String| FileProblem {
+        file: p.to_owned(),
+        offset: None,
+        message,
+    };
+    for input in inputs {
+        match std::fs::metadata(input) {
+            Err(e) => problems.push(problem(input, format!("cannot read: {e}"))),
+            Ok(m) if m.is_dir() => match std::fs::read_dir(input) {
+                Err(e) => problems.push(problem(input, format!("cannot list directory: {e}"))),
+                Ok(entries) => {
+                    let mut found: Vec<PathBuf> = entries
+                        .filter_map(|e| e.ok())
+                        .map(|e| e.path())
+                        .filter(|p| {
+                            p.is_file()
+                                && p.file_name()
+                                    .and_then(|n| n.to_str())
+                                    .is_some_and(|n| n.ends_with(".json") || n.ends_with(".gz"))
+                        })
+                        .collect();
+                    if found.is_empty() {
+                        problems.push(problem(
+                            input,
+                            "no trace files here (expected *.json or *.json.gz files, one per rank)"
+                                .into(),
+                        ));
+                    }
+                    found.sort();
+                    files.extend(found);
+                }
+            },
+            Ok(_) => files.push(input.clone()),
+        }
+    }
+    (files, problems)
+}
+
+/// How the rank of a file was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RankSource {
+    /// `distributedInfo.rank`.
+    DistributedInfo,
+    /// HTA's regex `"rank":\s+(\d+)` found it elsewhere in the file.
+    RankRegex,
+    /// Nothing found: rank 0, as HTA assumes.
+    Default,
+}
+
+/// Everything kept from one rank once its events are gone.
+#[derive(Clone, Debug)]
+pub(crate) struct RankSummary {
+    pub file: PathBuf,
+    pub rank: i64,
+    pub rank_source: RankSource,
+    pub events: u64,
+    pub rows: usize,
+    /// Rows with `stream != -1` before any filtering.
+    pub stream_rows: usize,
+    pub rounded: bool,
+    /// Distinct cat/name strings containing `ProfilerStep`.
+    pub step_symbols: Vec<String>,
+    /// HTA's analyses with its step filter applied.
+    pub filtered: HtaRank,
+    /// Without the step filter; only when the rank alone has fewer than two step strings.
+    pub unfiltered: Option<HtaRank>,
+    pub ops: Vec<OpStat>,
+    pub steps: Vec<StepRow>,
+    pub memory: Vec<MemoryDevice>,
+}
+
+/// Options of a whole run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// HTA knobs.
+    pub hta: HtaOptions,
+    /// Worker threads (0: one per CPU).
+    pub jobs: usize,
+    /// Points per memory timeline.
+    pub memory_points: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            hta: HtaOptions::default(),
+            jobs: 0,
+            memory_points: 400,
+        }
+    }
+}
+
+/// Reads one trace and reduces it to its summary.
+pub(crate) fn summarize(source: &TraceSource, opts: &Options) -> Result<RankSummary, FileProblem> {
+    let path = source.path();
+    let input = source.open().map_err(|e| FileProblem {
+        file: path.to_owned(),
+        offset: None,
+        message: format!("cannot open: {e}"),
+    })?;
+    let rows = load_rows(path, input)?;
+    let (rank, rank_source) = match rows.rank {
+        Some(r) => (r, RankSource::DistributedInfo),
+        None => match source.open().ok().and_then(rank_like_hta_from_reader) {
+            Some(r) => (r, RankSource::RankRegex),
+            None => (0, RankSource::Default),
+        },
+    };
+    let sym = Symbols::new(&rows);
+    let mut used = vec![false; rows.strings.len()];
+    for r in &rows.rows {
+        used[r.name as usize] = true;
+        used[r.cat as usize] = true;
+    }
+    let step_symbols: Vec<String> = rows
+        .strings
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| used[i] && sym.step_name[i])
+        .map(|(_, s)| s.to_string())
+        .collect();
+    let filter = if opts.hta.include_last_step {
+        StepFilter::KeepLastStep
+    } else {
+        StepFilter::DropLastStep
+    };
+    let filtered = analyze_rank(rank, &rows, &sym, &hta_view(&rows, &sym, filter), &opts.hta);
+    let unfiltered = (step_symbols.len() < 2).then(|| {
+        analyze_rank(
+            rank,
+            &rows,
+            &sym,
+            &hta_view(&rows, &sym, StepFilter::All),
+            &opts.hta,
+        )
+    });
+    let origin = rows
+        .rows
+        .iter()
+        .map(|r| r.ts)
+        .chain(rows.mem.iter().map(|m| m.ts))
+        .min()
+        .unwrap_or(0);
+    let step_rows = steps(rank, &rows, &sym, origin);
+    let mem = memory(rank, &rows.mem, &step_rows, origin, opts.memory_points);
+    Ok(RankSummary {
+        file: path.to_owned(),
+        rank,
+        rank_source,
+        events: rows.events,
+        rows: rows.rows.len(),
+        stream_rows: rows.rows.iter().filter(|r| r.stream != -1).count(),
+        rounded: rows.rounded,
+        step_symbols,
+        filtered,
+        unfiltered,
+        ops: op_table(&rows, &sym),
+        steps: step_rows,
+        memory: mem,
+    })
+}
+
+/// Progress of a run, for a progress indicator.
+#[derive(Clone, Debug)]
+pub struct Progress<'a> {
+    /// Files finished (read or failed).
+    pub done: usize,
+    /// Files in the run.
+    pub total: usize,
+    /// Bytes (on disk) of the finished files.
+    pub done_bytes: u64,
+    /// Bytes (on disk) of all files.
+    pub total_bytes: u64,
+    /// The file just finished.
+    pub last: &'a Path,
+}
+
+/// Summarises every source on `jobs` worker threads, reporting each finished file to
+/// `progress`. Results are in the order of `sources`.
+pub(crate) fn summarize_all(
+    sources: &[TraceSource],
+    opts: &Options,
+    progress: &(dyn Fn(&Progress<'_>) + Sync),
+) -> Vec<Result<RankSummary, FileProblem>> {
+    let jobs = if opts.jobs == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        opts.jobs
+    }
+    .clamp(1, sources.len().max(1));
+    let sizes: Vec<u64> = sources.iter().map(TraceSource::len).collect();
+    let total_bytes = sizes.iter().sum();
+    let next = AtomicUsize::new(0);
+    let (tx, rx) = mpsc::channel();
+    let mut results: Vec<Option<Result<RankSummary, FileProblem>>> = vec![None; sources.len()];
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            let tx = tx.clone();
+            let next = &next;
+            scope.spawn(move || loop {
+                // Relaxed: the counter only hands out distinct indices; results travel by channel.
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(source) = sources.get(i) else { break };
+                let result = panic::catch_unwind(AssertUnwindSafe(|| summarize(source, opts)))
+                    .unwrap_or_else(|_| {
+                        Err(FileProblem {
+                            file: source.path().to_owned(),
+                            offset: None,
+                            message: "internal error while analysing this file (a bug in \
+                                      kinetrace: please report it with the file)"
+                                .into(),
+                        })
+                    });
+                if tx.send((i, result)).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(tx);
+        let mut done_bytes = 0;
+        for (n, (i, result)) in rx.into_iter().enumerate() {
+            let done = n + 1;
+            done_bytes += sizes[i];
+            progress(&Progress {
+                done,
+                total: sources.len(),
+                done_bytes,
+                total_bytes,
+                last: sources[i].path(),
+            });
+            results[i] = Some(result);
+        }
+    });
+    results
+        .into_iter()
+        .zip(sources)
+        .map(|(r, s)| {
+            r.unwrap_or_else(|| {
+                Err(FileProblem {
+                    file: s.path().to_owned(),
+                    offset: None,
+                    message: "not analysed (worker stopped)".into(),
+                })
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,267 @@
+//! Combining per-rank summaries into one report.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::hta::{IdleRow, KernelRow, Overlap, Temporal};
+use crate::load::{FileProblem, RankSource, RankSummary};
+use crate::memory::MemoryDevice;
+use crate::ops::{OpKind, OpStat};
+use crate::steps::{straggler, StepRow, Straggler};
+use crate::units::{Num, Us};
+
+/// One analysed rank.
+#[derive(Clone, Debug, Serialize)]
+pub struct RankInfo {
+    /// Rank.
+    pub rank: i64,
+    /// Its file.
+    pub file: PathBuf,
+    /// Where the rank number came from.
+    pub rank_source: RankSource,
+    /// Events in `traceEvents`.
+    pub events: u64,
+    /// Events HTA keeps as rows (with `dur` and `cat`).
+    pub rows: usize,
+    /// Rows on a GPU stream (`stream != -1`) after HTA's step filter.
+    pub gpu_rows: usize,
+    /// Whether the file has float timestamps, which HTA rounds inward to whole µs.
+    pub rounded_timestamps: bool,
+}
+
+/// Time of one kernel type (or overlap of types) over all ranks, HTA's first kernel-breakdown frame.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelTypeShare {
+    /// `COMPUTATION`, `COMMUNICATION overlapping MEMORY`, ...
+    pub kernel_type: String,
+    /// Whole µs, summed over ranks.
+    pub sum_us: i64,
+    /// Share of all kernel time (HTA prints it rounded to 1 decimal).
+    pub percentage: Num,
+}
+
+/// The same, for one rank.
+#[derive(Clone, Debug, Serialize)]
+pub struct RankKernelTypeTime {
+    /// Rank.
+    pub rank: i64,
+    /// Kernel type or overlap.
+    pub kernel_type: String,
+    /// Whole µs.
+    pub sum_us: i64,
+}
+
+/// Everything `kinetrace analyze` computes.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// The ranks analysed, by rank.
+    pub ranks: Vec<RankInfo>,
+    /// Inputs that could not be analysed (one entry per file).
+    pub problems: Vec<FileProblem>,
+    /// Things the reader of the numbers should know (missing GPU rows, filters applied).
+    pub notes: Vec<String>,
+    /// Whether HTA's step filter applied (at least two `ProfilerStep` names over all ranks).
+    pub step_filter_applied: bool,
+    /// HTA temporal breakdown, one row per rank with GPU rows.
+    pub temporal_breakdown: Vec<Temporal>,
+    /// HTA comm/comp overlap, one row per rank (`null` percentage without communication).
+    pub comm_comp_overlap: Vec<Overlap>,
+    /// HTA idle-time breakdown, per rank, stream and category, with interval statistics.
+    pub idle_time_breakdown: Vec<IdleRow>,
+    /// HTA kernel-type breakdown over all ranks, largest first.
+    pub kernel_type_breakdown: Vec<KernelTypeShare>,
+    /// The kernel-type breakdown per rank.
+    pub kernel_type_breakdown_per_rank: Vec<RankKernelTypeTime>,
+    /// HTA kernel breakdown: top kernels per type and rank, sorted by type, name, rank.
+    pub kernel_breakdown: Vec<KernelRow>,
+    /// Op table over all ranks, by self CPU time.
+    pub ops: Vec<OpStat>,
+    /// Steps per rank.
+    pub steps: Vec<StepRow>,
+    /// The straggler rank, with two or more ranks sharing steps.
+    pub straggler: Option<Straggler>,
+    /// Memory per rank and device.
+    pub memory: Vec<MemoryDevice>,
+}
+
+impl Report {
+    /// Whether at least one rank was analysed.
+    pub fn analysed_any(&self) -> bool {
+        !self.ranks.is_empty()
+    }
+}
+
+/// Builds the report. `results` are in input order; duplicate ranks keep the first file.
+pub(crate) fn build(
+    results: Vec<Result<RankSummary, FileProblem>>,
+    mut problems: Vec<FileProblem>,
+) -> Report {
+    let mut by_rank: BTreeMap<i64, RankSummary> = BTreeMap::new();
+    for r in results {
+        match r {
+            Err(p) => problems.push(p),
+            Ok(s) => {
+                if let Some(first) = by_rank.get(&s.rank) {
+                    problems.push(FileProblem {
+                        file: s.file.clone(),
+                        offset: None,
+                        message: format!(
+                            "duplicate rank {}: {} already has it ({}); this file is skipped. \
+                             Give each rank's trace a distinct `distributedInfo.rank`, or \
+                             analyse the files separately",
+                            s.rank,
+                            first.file.display(),
+                            match s.rank_source {
+                                RankSource::Default =>
+                                    "no rank found in either file, so both \
+                                                        count as rank 0",
+                                _ => "same rank number",
+                            }
+                        ),
+                    });
+                } else {
+                    by_rank.insert(s.rank, s);
+                }
+            }
+        }
+    }
+    let mut symbols: Vec<&str> = by_rank
+        .values()
+        .flat_map(|s| s.step_symbols.iter().map(String::as_str))
+        .collect();
+    symbols.sort_unstable();
+    symbols.dedup();
+    let step_filter_applied = symbols.len() >= 2;
+
+    let mut notes = Vec::new();
+    if !by_rank.is_empty() && !step_filter_applied {
+        notes.push(format!(
+            "fewer than two ProfilerStep annotations in the traces ({} found): as in HTA, the \
+             last step is not dropped and every kernel counts",
+            symbols.len()
+        ));
+    }
+    let mut report = Report {
+        ranks: Vec::new(),
+        problems: Vec::new(),
+        notes: Vec::new(),
+        step_filter_applied,
+        temporal_breakdown: Vec::new(),
+        comm_comp_overlap: Vec::new(),
+        idle_time_breakdown: Vec::new(),
+        kernel_type_breakdown: Vec::new(),
+        kernel_type_breakdown_per_rank: Vec::new(),
+        kernel_breakdown: Vec::new(),
+        ops: Vec::new(),
+        steps: Vec::new(),
+        straggler: None,
+        memory: Vec::new(),
+    };
+    let mut type_totals: HashMap<String, i64> = HashMap::new();
+    let mut ops: HashMap<(OpKind, String), OpStat> = HashMap::new();
+    for (rank, s) in by_rank {
+        let hta = if step_filter_applied {
+            s.filtered
+        } else {
+            s.unfiltered.unwrap_or(s.filtered)
+        };
+        let has_any_gpu = s.rows > 0 && hta.gpu_rows > 0;
+        if !has_any_gpu {
+            let why = if s.stream_rows > 0 && step_filter_applied {
+                "no GPU rows left after HTA's step filter (it keeps only GPU rows whose \
+                 launching call has the same `correlation` and started before the last \
+                 ProfilerStep; this rank has no such rows, or no ProfilerStep at all)"
+            } else {
+                "no GPU rows (events with `args.stream` and `args.correlation`): a CPU-only \
+                 trace; the temporal, idle and kernel breakdowns need GPU kernels"
+            };
+            notes.push(format!("rank {rank} ({}): {why}", s.file.display()));
+            report.comm_comp_overlap.push(Overlap {
+                rank,
+                comp_comm_overlap_pctg: Num(f64::NAN),
+            });
+        }
+        report.ranks.push(RankInfo {
+            rank,
+            file: s.file.clone(),
+            rank_source: s.rank_source,
+            events: s.events,
+            rows: s.rows,
+            gpu_rows: hta.gpu_rows,
+            rounded_timestamps: s.rounded,
+        });
+        if s.rank_source == RankSource::Default {
+            notes.push(format!(
+                "{}: no rank in the file (`distributedInfo.rank`): taken as rank 0, as HTA does",
+                s.file.display()
+            ));
+        }
+        report.temporal_breakdown.extend(hta.temporal);
+        report.comm_comp_overlap.extend(hta.overlap);
+        report.idle_time_breakdown.extend(hta.idle);
+        for t in hta.kernel_types {
+            *type_totals.entry(t.kernel_type.clone()).or_default() += t.sum_us;
+            report
+                .kernel_type_breakdown_per_rank
+                .push(RankKernelTypeTime {
+                    rank,
+                    kernel_type: t.kernel_type,
+                    sum_us: t.sum_us,
+                });
+        }
+        report.kernel_breakdown.extend(hta.kernels);
+        for op in s.ops {
+            let e = ops
+                .entry((op.kind, op.name.clone()))
+                .or_insert_with(|| OpStat {
+                    count: 0,
+                    cpu_total_us: Us(0.0),
+                    cpu_self_us: Us(0.0),
+                    gpu_self_us: Us(0.0),
+                    gpu_total_us: Us(0.0),
+                    ..op.clone()
+                });
+            e.count += op.count;
+            e.cpu_total_us.0 += op.cpu_total_us.0;
+            e.cpu_self_us.0 += op.cpu_self_us.0;
+            e.gpu_self_us.0 += op.gpu_self_us.0;
+            e.gpu_total_us.0 += op.gpu_total_us.0;
+        }
+        report.steps.extend(s.steps);
+        report.memory.extend(s.memory);
+    }
+    let total: i64 = type_totals.values().sum();
+    let mut shares: Vec<KernelTypeShare> = type_totals
+        .into_iter()
+        .map(|(kernel_type, sum_us)| KernelTypeShare {
+            percentage: Num(100.0 * Num::ratio(sum_us as f64, total as f64).0),
+            kernel_type,
+            sum_us,
+        })
+        .collect();
+    shares.sort_by(|a, b| {
+        b.sum_us
+            .cmp(&a.sum_us)
+            .then(a.kernel_type.cmp(&b.kernel_type))
+    });
+    report.kernel_type_breakdown = shares;
+    report.kernel_breakdown.sort_by(|a, b| {
+        (a.kernel_type.as_str(), &a.name, a.rank).cmp(&(b.kernel_type.as_str(), &b.name, b.rank))
+    });
+    let mut ops: Vec<OpStat> = ops.into_values().collect();
+    ops.sort_by(|a, b| {
+        b.cpu_self_us
+            .0
+            .total_cmp(&a.cpu_self_us.0)
+            .then_with(|| (a.kind, &a.name).cmp(&(b.kind, &b.name)))
+    });
+    report.ops = ops;
+    report.straggler = straggler(&report.steps);
+    report.comm_comp_overlap.sort_by_key(|o| o.rank);
+    problems.sort_by(|a, b| a.file.cmp(&b.file));
+    report.problems = problems;
+    report.notes = notes;
+    report
+}

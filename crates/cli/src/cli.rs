@@ -1,0 +1,264 @@
+//! The command line, as clap types. Nothing outside this crate sees them: each subcommand's
+//! arguments become a plain, validated plan first.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use kinetrace_analysis::{HtaOptions, Options};
+
+/// kinetrace: an in-process GPU profiler that writes Kineto (PyTorch profiler) traces, and the
+/// tools to read them.
+#[derive(Debug, Parser)]
+#[command(name = "kinetrace", version, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Analyse Kineto traces (one file per rank): HolisticTraceAnalysis's numbers, in a fraction
+    /// of the time.
+    Analyze(AnalyzeArgs),
+}
+
+/// The analyses, selectable with `--only`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Analysis {
+    /// Idle / compute / non-compute GPU time per rank (HTA get_temporal_breakdown).
+    Temporal,
+    /// Share of communication time overlapped by computation, per rank (HTA get_comm_comp_overlap).
+    Overlap,
+    /// GPU idle gaps per rank and stream: host wait, kernel wait, other (HTA get_idle_time_breakdown).
+    Idle,
+    /// Time by kernel type and their overlaps, and the top kernels per type and rank (HTA get_gpu_kernel_breakdown).
+    Kernels,
+    /// CPU ops and annotations by self CPU time and by the GPU time of the kernels they launched (like key_averages).
+    Ops,
+    /// Time of each ProfilerStep per rank, and the straggler rank that keeps the others waiting.
+    Steps,
+    /// Allocated/reserved memory over time from [memory] events: peak, when, first step vs later steps.
+    Memory,
+}
+
+impl Analysis {
+    /// All analyses, in report order.
+    pub const ALL: [Analysis; 7] = [
+        Analysis::Temporal,
+        Analysis::Overlap,
+        Analysis::Idle,
+        Analysis::Kernels,
+        Analysis::Ops,
+        Analysis::Steps,
+        Analysis::Memory,
+    ];
+}
+
+const ANALYZE_AFTER_HELP: &str = "\
+ANALYSES (all by default; pick some with --only):
+  temporal  idle / compute / non-compute GPU time per rank (HTA get_temporal_breakdown)
+  overlap   share of communication time overlapped by computation per rank (HTA get_comm_comp_overlap)
+  idle      GPU idle gaps per rank and stream: host wait, kernel wait, other (HTA get_idle_time_breakdown)
+  kernels   time by kernel type and overlaps, top kernels per type and rank (HTA get_gpu_kernel_breakdown)
+  ops       CPU ops and annotations by self CPU time and GPU time of their kernels (like key_averages)
+  steps     time of each ProfilerStep per rank, and the straggler rank
+  memory    allocated/reserved memory over time from [memory] events: peak, when, step growth
+
+The first four give HolisticTraceAnalysis 0.5.0's numbers, quirks included (it drops the last
+ProfilerStep and rounds float timestamps inward to whole µs).
+
+EXAMPLES:
+  kinetrace analyze ./traces                      tables for every rank in ./traces
+  kinetrace analyze ./traces --only temporal,idle
+  kinetrace analyze ./traces --json > report.json
+  kinetrace analyze rank0.json.gz rank1.json.gz --csv out/ --plot out/report.svg";
+
+/// `kinetrace analyze`.
+#[derive(Debug, Args)]
+#[command(after_help = ANALYZE_AFTER_HELP)]
+pub struct AnalyzeArgs {
+    /// Trace directories (every *.json / *.gz file in them, one per rank) or trace files.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+
+    /// Run only these analyses (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "ANALYSIS")]
+    pub only: Vec<Analysis>,
+
+    /// Print the report as JSON on stdout instead of tables.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Also write one CSV file per table into DIR (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub csv: Option<PathBuf>,
+
+    /// Also draw the temporal breakdown per rank and the memory timeline into an SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+
+    /// Idle gaps shorter than this many µs count as kernel wait (HTA's consecutive_kernel_delay).
+    #[arg(long, default_value_t = 30.0, value_name = "US")]
+    pub kernel_wait_us: f64,
+
+    /// Kernels listed per type and rank before the rest become "others" (HTA's num_kernels).
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub num_kernels: usize,
+
+    /// Kernels past this fraction of cumulative time become "others" (HTA's duration_ratio).
+    #[arg(long, default_value_t = 0.8, value_name = "RATIO")]
+    pub duration_ratio: f64,
+
+    /// Keep the last ProfilerStep, which HTA drops by default (HTA's include_last_profiler_step).
+    #[arg(long)]
+    pub include_last_step: bool,
+
+    /// Rows per table in the terminal (0: all).
+    #[arg(long, default_value_t = 15, value_name = "N")]
+    pub top: usize,
+
+    /// Worker threads reading traces (default: one per CPU).
+    #[arg(short, long, value_name = "N")]
+    pub jobs: Option<usize>,
+
+    /// No progress indicator and no notes on stderr (problems with files are still reported).
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// A validated `analyze` invocation.
+#[derive(Debug, Clone)]
+pub struct AnalyzePlan {
+    /// Inputs.
+    pub paths: Vec<PathBuf>,
+    /// Selected analyses, in report order.
+    pub analyses: Vec<Analysis>,
+    /// JSON instead of tables.
+    pub json: bool,
+    /// CSV directory.
+    pub csv: Option<PathBuf>,
+    /// SVG file.
+    pub plot: Option<PathBuf>,
+    /// Terminal rows per table (`usize::MAX` for all).
+    pub top: usize,
+    /// Quiet.
+    pub quiet: bool,
+    /// Library options.
+    pub options: Options,
+}
+
+impl AnalyzeArgs {
+    /// Checks the arguments and builds the plan.
+    pub fn plan(self) -> Result<AnalyzePlan> {
+        if !(self.kernel_wait_us.is_finite() && self.kernel_wait_us >= 0.0) {
+            bail!(
+                "--kernel-wait-us must be a number of µs ≥ 0, got {}",
+                self.kernel_wait_us
+            );
+        }
+        if !(self.duration_ratio > 0.0 && self.duration_ratio <= 1.0) {
+            bail!(
+                "--duration-ratio must be in (0, 1], got {} (HTA's default is 0.8)",
+                self.duration_ratio
+            );
+        }
+        if self.num_kernels == 0 {
+            bail!("--num-kernels must be at least 1 (HTA's default is 10)");
+        }
+        if let Some(plot) = &self.plot {
+            if plot.extension().and_then(|e| e.to_str()) != Some("svg") {
+                bail!(
+                    "--plot writes SVG: give a file name ending in .svg (got {})",
+                    plot.display()
+                );
+            }
+        }
+        if self.jobs == Some(0) {
+            bail!("--jobs must be at least 1 (leave it out for one per CPU)");
+        }
+        let analyses = if self.only.is_empty() {
+            Analysis::ALL.to_vec()
+        } else {
+            Analysis::ALL
+                .into_iter()
+                .filter(|a| self.only.contains(a))
+                .collect()
+        };
+        Ok(AnalyzePlan {
+            paths: self.paths,
+            analyses,
+            json: self.json,
+            csv: self.csv,
+            plot: self.plot,
+            top: if self.top == 0 { usize::MAX } else { self.top },
+            quiet: self.quiet,
+            options: Options {
+                hta: HtaOptions {
+                    kernel_wait_threshold_us: self.kernel_wait_us,
+                    num_kernels: self.num_kernels,
+                    duration_ratio: self.duration_ratio,
+                    include_last_step: self.include_last_step,
+                },
+                jobs: self.jobs.unwrap_or(0),
+                ..Options::default()
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<AnalyzePlan> {
+        let cli = Cli::try_parse_from(args)?;
+        let Command::Analyze(a) = cli.command;
+        a.plan()
+    }
+
+    #[test]
+    fn command_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn only_keeps_report_order() {
+        let p = parse(&["kinetrace", "analyze", "d", "--only", "memory,temporal"]).unwrap();
+        assert_eq!(p.analyses, vec![Analysis::Temporal, Analysis::Memory]);
+        let p = parse(&["kinetrace", "analyze", "d"]).unwrap();
+        assert_eq!(p.analyses.len(), 7);
+        assert_eq!(p.options.hta.kernel_wait_threshold_us, 30.0);
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        assert!(parse(&["kinetrace", "analyze"]).is_err());
+        assert!(parse(&["kinetrace", "analyze", "d", "--only", "nope"]).is_err());
+        let e = parse(&["kinetrace", "analyze", "d", "--plot", "x.png"]).unwrap_err();
+        assert!(e.to_string().contains(".svg"), "{e}");
+        assert!(parse(&["kinetrace", "analyze", "d", "--duration-ratio", "1.5"]).is_err());
+        assert!(parse(&["kinetrace", "analyze", "d", "--jobs", "0"]).is_err());
+    }
+
+    #[test]
+    fn help_has_one_line_per_analysis() {
+        let help = Cli::command()
+            .find_subcommand_mut("analyze")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        for name in [
+            "temporal", "overlap", "idle", "kernels", "ops", "steps", "memory",
+        ] {
+            let lines = help
+                .lines()
+                .filter(|l| l.trim_start().starts_with(&format!("{name} ")))
+                .count();
+            assert!(lines >= 1, "no line for {name} in:\n{help}");
+        }
+    }
+}

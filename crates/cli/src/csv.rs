@@ -1,0 +1,314 @@
+//! The report as CSV files, one per table.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use kinetrace_analysis::Report;
+
+use crate::cli::Analysis;
+
+fn field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+fn num(v: f64) -> String {
+    if v.is_finite() {
+        format!("{v}")
+    } else {
+        String::new()
+    }
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or_else(String::new, num)
+}
+
+struct Csv {
+    path: PathBuf,
+    text: String,
+}
+
+impl Csv {
+    fn new(dir: &Path, name: &str, header: &[&str]) -> Csv {
+        Csv {
+            path: dir.join(name),
+            text: header.join(",") + "\n",
+        }
+    }
+    fn row(&mut self, cells: &[String]) {
+        let cells: Vec<String> = cells.iter().map(|c| field(c)).collect();
+        self.text.push_str(&cells.join(","));
+        self.text.push('\n');
+    }
+}
+
+/// Writes the selected tables into `dir`; returns the files written.
+pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<PathBuf>> {
+    fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the CSV directory {}", dir.display()))?;
+    let mut files = Vec::new();
+    for a in analyses {
+        match a {
+            Analysis::Temporal => {
+                let mut c = Csv::new(
+                    dir,
+                    "temporal.csv",
+                    &[
+                        "rank",
+                        "idle_time_us",
+                        "compute_time_us",
+                        "non_compute_time_us",
+                        "kernel_time_us",
+                        "idle_time_pctg",
+                        "compute_time_pctg",
+                        "non_compute_time_pctg",
+                    ],
+                );
+                for t in &report.temporal_breakdown {
+                    c.row(&[
+                        t.rank.to_string(),
+                        num(t.idle_time_us.0),
+                        num(t.compute_time_us.0),
+                        num(t.non_compute_time_us.0),
+                        num(t.kernel_time_us.0),
+                        opt(t.idle_time_pctg.get()),
+                        opt(t.compute_time_pctg.get()),
+                        opt(t.non_compute_time_pctg.get()),
+                    ]);
+                }
+                files.push(c);
+            }
+            Analysis::Overlap => {
+                let mut c = Csv::new(dir, "overlap.csv", &["rank", "comp_comm_overlap_pctg"]);
+                for o in &report.comm_comp_overlap {
+                    c.row(&[o.rank.to_string(), opt(o.comp_comm_overlap_pctg.get())]);
+                }
+                files.push(c);
+            }
+            Analysis::Idle => {
+                let mut c = Csv::new(
+                    dir,
+                    "idle.csv",
+                    &[
+                        "rank",
+                        "stream",
+                        "idle_category",
+                        "idle_time_us",
+                        "idle_time_ratio",
+                        "count",
+                        "mean_us",
+                        "std_us",
+                        "min_us",
+                        "p25_us",
+                        "p50_us",
+                        "p75_us",
+                        "max_us",
+                    ],
+                );
+                for i in &report.idle_time_breakdown {
+                    let s = &i.interval_stats;
+                    c.row(&[
+                        i.rank.to_string(),
+                        i.stream.to_string(),
+                        i.idle_category.as_str().into(),
+                        num(i.idle_time_us.0),
+                        opt(i.idle_time_ratio.get()),
+                        s.count.to_string(),
+                        opt(s.mean),
+                        opt(s.std),
+                        opt(s.min),
+                        opt(s.p25),
+                        opt(s.p50),
+                        opt(s.p75),
+                        opt(s.max),
+                    ]);
+                }
+                files.push(c);
+            }
+            Analysis::Kernels => {
+                let mut c = Csv::new(
+                    dir,
+                    "kernel_types.csv",
+                    &["kernel_type", "sum_us", "percentage"],
+                );
+                for k in &report.kernel_type_breakdown {
+                    c.row(&[
+                        k.kernel_type.clone(),
+                        k.sum_us.to_string(),
+                        opt(k.percentage.get()),
+                    ]);
+                }
+                files.push(c);
+                let mut c = Csv::new(
+                    dir,
+                    "kernels.csv",
+                    &[
+                        "kernel_type",
+                        "name",
+                        "rank",
+                        "sum_us",
+                        "max_us",
+                        "min_us",
+                        "mean_us",
+                        "stddev",
+                        "count",
+                    ],
+                );
+                for k in &report.kernel_breakdown {
+                    c.row(&[
+                        k.kernel_type.as_str().into(),
+                        k.name.clone(),
+                        k.rank.to_string(),
+                        num(k.sum_us.0),
+                        num(k.max_us.0),
+                        num(k.min_us.0),
+                        num(k.mean_us.0),
+                        num(k.stddev),
+                        k.count.to_string(),
+                    ]);
+                }
+                files.push(c);
+            }
+            Analysis::Ops => {
+                let mut c = Csv::new(
+                    dir,
+                    "ops.csv",
+                    &[
+                        "kind",
+                        "name",
+                        "count",
+                        "cpu_self_us",
+                        "cpu_total_us",
+                        "gpu_self_us",
+                        "gpu_total_us",
+                    ],
+                );
+                for o in &report.ops {
+                    c.row(&[
+                        o.kind.as_str().into(),
+                        o.name.clone(),
+                        o.count.to_string(),
+                        num(o.cpu_self_us.0),
+                        num(o.cpu_total_us.0),
+                        num(o.gpu_self_us.0),
+                        num(o.gpu_total_us.0),
+                    ]);
+                }
+                files.push(c);
+            }
+            Analysis::Steps => {
+                let mut c = Csv::new(
+                    dir,
+                    "steps.csv",
+                    &[
+                        "rank",
+                        "step",
+                        "start_ms",
+                        "step_time_us",
+                        "gpu_busy_us",
+                        "compute_us",
+                        "comm_us",
+                        "kernels",
+                    ],
+                );
+                for s in &report.steps {
+                    c.row(&[
+                        s.rank.to_string(),
+                        s.step.to_string(),
+                        num(s.start_ms),
+                        num(s.step_time_us.0),
+                        num(s.gpu_busy_us.0),
+                        num(s.compute_us.0),
+                        num(s.comm_us.0),
+                        s.kernels.to_string(),
+                    ]);
+                }
+                files.push(c);
+            }
+            Analysis::Memory => {
+                let mut c = Csv::new(
+                    dir,
+                    "memory.csv",
+                    &[
+                        "rank",
+                        "device",
+                        "samples",
+                        "peak_allocated_bytes",
+                        "peak_at_ms",
+                        "peak_step",
+                        "peak_reserved_bytes",
+                        "final_allocated_bytes",
+                        "first_step_peak_bytes",
+                        "later_steps_peak_bytes",
+                    ],
+                );
+                let mut tl = Csv::new(
+                    dir,
+                    "memory_timeline.csv",
+                    &[
+                        "rank",
+                        "device",
+                        "t_ms",
+                        "allocated_bytes",
+                        "reserved_bytes",
+                    ],
+                );
+                let o = |v: Option<i64>| v.map_or_else(String::new, |v| v.to_string());
+                for m in &report.memory {
+                    c.row(&[
+                        m.rank.to_string(),
+                        m.device.to_string(),
+                        m.samples.to_string(),
+                        m.peak_allocated_bytes.to_string(),
+                        num(m.peak_at_ms),
+                        o(m.peak_step),
+                        m.peak_reserved_bytes.to_string(),
+                        m.final_allocated_bytes.to_string(),
+                        o(m.first_step_peak_bytes),
+                        o(m.later_steps_peak_bytes),
+                    ]);
+                    for p in &m.timeline {
+                        tl.row(&[
+                            m.rank.to_string(),
+                            m.device.to_string(),
+                            num(p.t_ms),
+                            p.allocated.to_string(),
+                            p.reserved.to_string(),
+                        ]);
+                    }
+                }
+                files.push(c);
+                files.push(tl);
+            }
+        }
+    }
+    let mut written = Vec::new();
+    for c in files {
+        let mut f = fs::File::create(&c.path)
+            .with_context(|| format!("cannot write {}", c.path.display()))?;
+        f.write_all(c.text.as_bytes())
+            .with_context(|| format!("cannot write {}", c.path.display()))?;
+        written.push(c.path);
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(field("plain"), "plain");
+        assert_eq!(field("a,b"), "\"a,b\"");
+        assert_eq!(field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(num(f64::NAN), "");
+        assert_eq!(num(12.0), "12");
+    }
+}

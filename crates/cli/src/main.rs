@@ -1,0 +1,35 @@
+//! `kinetrace`: the command line. `main` only parses, dispatches and turns errors into an exit
+//! code; each subcommand lives in its own module as `run_*`.
+#![forbid(unsafe_code)]
+
+mod analyze;
+mod cli;
+mod csv;
+mod svg;
+mod table;
+mod text;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    let result = match cli.command {
+        cli::Command::Analyze(args) => args.plan().and_then(analyze::run_analyze),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            // A closed pipe (`kinetrace analyze d | head`) is not a failure.
+            if err.chain().any(|e| {
+                e.downcast_ref::<std::io::Error>()
+                    .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+            }) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("kinetrace: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}

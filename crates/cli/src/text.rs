@@ -1,0 +1,312 @@
+//! The report as terminal tables, the most telling row of each first.
+
+use kinetrace_analysis::Report;
+
+use crate::cli::Analysis;
+use crate::table::{bytes, clip, dur_us, pct, Align, Table};
+
+const NAME_WIDTH: usize = 70;
+
+/// Renders the selected analyses.
+pub fn render(report: &Report, analyses: &[Analysis], top: usize) -> String {
+    let mut out = String::new();
+    let ranks: Vec<String> = report.ranks.iter().map(|r| r.rank.to_string()).collect();
+    out.push_str(&format!(
+        "{} rank{} analysed ({})\n",
+        report.ranks.len(),
+        if report.ranks.len() == 1 { "" } else { "s" },
+        ranks.join(", ")
+    ));
+    for a in analyses {
+        let tables = match a {
+            Analysis::Temporal => vec![temporal(report)],
+            Analysis::Overlap => vec![overlap(report)],
+            Analysis::Idle => vec![idle(report)],
+            Analysis::Kernels => vec![kernel_types(report), kernels(report)],
+            Analysis::Ops => vec![ops(report)],
+            Analysis::Steps => vec![steps(report)],
+            Analysis::Memory => vec![memory(report)],
+        };
+        for mut t in tables {
+            t.truncate(top);
+            out.push('\n');
+            out.push_str(&t.render());
+        }
+        if *a == Analysis::Steps {
+            out.push_str(&straggler_line(report));
+        }
+    }
+    out
+}
+
+fn temporal(r: &Report) -> Table {
+    let mut t = Table::new(
+        "GPU time per rank (temporal breakdown; most idle first)",
+        &[
+            ("rank", Align::Right),
+            ("idle", Align::Right),
+            ("compute", Align::Right),
+            ("non-compute", Align::Right),
+            ("kernel span", Align::Right),
+            ("idle %", Align::Right),
+            ("compute %", Align::Right),
+            ("non-compute %", Align::Right),
+        ],
+    );
+    let mut rows: Vec<_> = r.temporal_breakdown.iter().collect();
+    rows.sort_by(|a, b| {
+        let key = |x: &&kinetrace_analysis::hta::Temporal| x.idle_time_pctg.get().unwrap_or(-1.0);
+        key(b).total_cmp(&key(a)).then(a.rank.cmp(&b.rank))
+    });
+    for x in rows {
+        t.row(vec![
+            x.rank.to_string(),
+            dur_us(x.idle_time_us.0),
+            dur_us(x.compute_time_us.0),
+            dur_us(x.non_compute_time_us.0),
+            dur_us(x.kernel_time_us.0),
+            pct(x.idle_time_pctg.get()),
+            pct(x.compute_time_pctg.get()),
+            pct(x.non_compute_time_pctg.get()),
+        ]);
+    }
+    t
+}
+
+fn overlap(r: &Report) -> Table {
+    let mut t = Table::new(
+        "Communication overlapped by computation (least overlap first)",
+        &[("rank", Align::Right), ("overlap %", Align::Right)],
+    );
+    let mut rows: Vec<_> = r.comm_comp_overlap.iter().collect();
+    rows.sort_by(|a, b| {
+        let key = |x: &&kinetrace_analysis::hta::Overlap| {
+            x.comp_comm_overlap_pctg.get().unwrap_or(f64::INFINITY)
+        };
+        key(a).total_cmp(&key(b)).then(a.rank.cmp(&b.rank))
+    });
+    for x in rows {
+        let v = x.comp_comm_overlap_pctg.get();
+        t.row(vec![
+            x.rank.to_string(),
+            if v.is_some() {
+                pct(v)
+            } else {
+                "- (no communication kernels)".into()
+            },
+        ]);
+    }
+    t
+}
+
+fn idle(r: &Report) -> Table {
+    let mut t = Table::new(
+        "GPU idle time per rank and stream (largest first)",
+        &[
+            ("rank", Align::Right),
+            ("stream", Align::Right),
+            ("category", Align::Left),
+            ("idle", Align::Right),
+            ("share", Align::Right),
+            ("gaps", Align::Right),
+            ("mean gap", Align::Right),
+            ("median gap", Align::Right),
+            ("max gap", Align::Right),
+        ],
+    );
+    let mut rows: Vec<_> = r.idle_time_breakdown.iter().collect();
+    rows.sort_by(|a, b| {
+        b.idle_time_us
+            .0
+            .total_cmp(&a.idle_time_us.0)
+            .then((a.rank, a.stream, a.idle_category).cmp(&(b.rank, b.stream, b.idle_category)))
+    });
+    let opt = |v: Option<f64>| v.map_or_else(|| "-".into(), dur_us);
+    for x in rows {
+        let s = &x.interval_stats;
+        t.row(vec![
+            x.rank.to_string(),
+            x.stream.to_string(),
+            x.idle_category.as_str().into(),
+            dur_us(x.idle_time_us.0),
+            pct(x.idle_time_ratio.get().map(|v| v * 100.0)),
+            s.count.to_string(),
+            opt(s.mean),
+            opt(s.p50),
+            opt(s.max),
+        ]);
+    }
+    t
+}
+
+fn kernel_types(r: &Report) -> Table {
+    let mut t = Table::new(
+        "GPU time by kernel type, all ranks (largest first)",
+        &[
+            ("kernel type", Align::Left),
+            ("time", Align::Right),
+            ("share", Align::Right),
+        ],
+    );
+    for x in &r.kernel_type_breakdown {
+        t.row(vec![
+            x.kernel_type.clone(),
+            dur_us(x.sum_us as f64),
+            pct(x.percentage.get()),
+        ]);
+    }
+    t
+}
+
+fn kernels(r: &Report) -> Table {
+    let mut t = Table::new(
+        "Top kernels per type and rank (largest total first)",
+        &[
+            ("rank", Align::Right),
+            ("type", Align::Left),
+            ("kernel", Align::Left),
+            ("total", Align::Right),
+            ("count", Align::Right),
+            ("mean", Align::Right),
+            ("min", Align::Right),
+            ("max", Align::Right),
+        ],
+    );
+    let mut rows: Vec<_> = r.kernel_breakdown.iter().collect();
+    rows.sort_by(|a, b| b.sum_us.0.total_cmp(&a.sum_us.0).then(a.rank.cmp(&b.rank)));
+    for x in rows {
+        t.row(vec![
+            x.rank.to_string(),
+            x.kernel_type.as_str().to_lowercase(),
+            clip(&x.name, NAME_WIDTH),
+            dur_us(x.sum_us.0),
+            x.count.to_string(),
+            dur_us(x.mean_us.0),
+            dur_us(x.min_us.0),
+            dur_us(x.max_us.0),
+        ]);
+    }
+    t
+}
+
+fn ops(r: &Report) -> Table {
+    let mut t = Table::new(
+        "Ops and annotations, all ranks (most self CPU time first)",
+        &[
+            ("kind", Align::Left),
+            ("name", Align::Left),
+            ("count", Align::Right),
+            ("self CPU", Align::Right),
+            ("total CPU", Align::Right),
+            ("self GPU", Align::Right),
+            ("total GPU", Align::Right),
+        ],
+    );
+    for x in &r.ops {
+        t.row(vec![
+            x.kind.as_str().into(),
+            clip(&x.name, NAME_WIDTH),
+            x.count.to_string(),
+            dur_us(x.cpu_self_us.0),
+            dur_us(x.cpu_total_us.0),
+            dur_us(x.gpu_self_us.0),
+            dur_us(x.gpu_total_us.0),
+        ]);
+    }
+    t
+}
+
+fn steps(r: &Report) -> Table {
+    let mut t = Table::new(
+        "Steps per rank (slowest first)",
+        &[
+            ("rank", Align::Right),
+            ("step", Align::Right),
+            ("step time", Align::Right),
+            ("GPU busy", Align::Right),
+            ("compute", Align::Right),
+            ("communication", Align::Right),
+            ("kernels", Align::Right),
+        ],
+    );
+    let mut rows: Vec<_> = r.steps.iter().collect();
+    rows.sort_by(|a, b| {
+        b.step_time_us
+            .0
+            .total_cmp(&a.step_time_us.0)
+            .then((a.rank, a.step).cmp(&(b.rank, b.step)))
+    });
+    for x in rows {
+        t.row(vec![
+            x.rank.to_string(),
+            x.step.to_string(),
+            dur_us(x.step_time_us.0),
+            dur_us(x.gpu_busy_us.0),
+            dur_us(x.compute_us.0),
+            dur_us(x.comm_us.0),
+            x.kernels.to_string(),
+        ]);
+    }
+    t
+}
+
+fn straggler_line(r: &Report) -> String {
+    match &r.straggler {
+        Some(s) => format!(
+            "  straggler: rank {} had the most compute in {} of {} shared steps ({} per step vs \
+             {} on the other ranks, which spent {} per step in communication)\n",
+            s.rank,
+            s.slowest_in_steps,
+            s.steps_compared,
+            dur_us(s.mean_compute_us.0),
+            dur_us(s.others_mean_compute_us.0),
+            dur_us(s.others_mean_comm_us.0)
+        ),
+        None => "  straggler: needs two or more ranks with the same ProfilerStep numbers\n".into(),
+    }
+}
+
+fn memory(r: &Report) -> Table {
+    let mut t = Table::new(
+        "Memory per rank and device (highest peak first)",
+        &[
+            ("rank", Align::Right),
+            ("device", Align::Left),
+            ("peak allocated", Align::Right),
+            ("at", Align::Right),
+            ("in step", Align::Right),
+            ("peak reserved", Align::Right),
+            ("final", Align::Right),
+            ("later − first step", Align::Right),
+        ],
+    );
+    let mut rows: Vec<_> = r.memory.iter().collect();
+    rows.sort_by(|a, b| {
+        b.peak_allocated_bytes
+            .cmp(&a.peak_allocated_bytes)
+            .then((a.rank, a.device).cmp(&(b.rank, b.device)))
+    });
+    for x in rows {
+        t.row(vec![
+            x.rank.to_string(),
+            if x.device < 0 {
+                "cpu".into()
+            } else {
+                format!("gpu {}", x.device)
+            },
+            bytes(x.peak_allocated_bytes),
+            format!("{:.2} ms", x.peak_at_ms),
+            x.peak_step.map_or_else(|| "-".into(), |s| s.to_string()),
+            bytes(x.peak_reserved_bytes),
+            bytes(x.final_allocated_bytes),
+            x.later_minus_first_bytes.map_or_else(
+                || "-".into(),
+                |d| format!("{}{}", if d > 0 { "+" } else { "" }, bytes(d)),
+            ),
+        ]);
+    }
+    if r.memory.is_empty() {
+        t.hidden = 0;
+    }
+    t
+}
