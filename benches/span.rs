@@ -5,8 +5,32 @@
 
 #![allow(missing_docs)]
 
-use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion};
 use kinetrace::{intern, record_function, record_function_id, Profiler};
+
+/// Spans per timed chunk: fewer than the ring holds.
+const CHUNK: u64 = 20_000;
+
+/// Times `iters` calls of `f` in chunks, pausing (untimed) between chunks so the collector drains the
+/// ring: a push only measures honestly while the ring has room (a refused push is cheaper).
+fn timed(iters: u64, f: impl Fn()) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let n = left.min(CHUNK);
+        let t = Instant::now();
+        for _ in 0..n {
+            f();
+        }
+        total += t.elapsed();
+        left -= n;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    total
+}
 
 fn spans(c: &mut Criterion) {
     let name = intern("bench_span");
@@ -25,19 +49,26 @@ fn spans(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("temp dir");
     let profiler = Profiler::builder()
         .output_dir(dir.path())
-        // Large enough that the collector (draining every 20 ms) keeps up and nothing is dropped.
-        .ring_capacity(1 << 19)
+        // Larger than one timed chunk, so no push in a chunk finds the ring full.
+        .ring_capacity(1 << 17)
         .log(|m| eprintln!("kinetrace: {m}"))
         .start()
         .expect("profiler starts");
+    // Timed in chunks (see `timed`); the drop count printed at the end must be 0.
+    g.sample_size(20);
     g.bench_function("active", |b| {
-        b.iter(|| {
-            let s = record_function_id(black_box(name));
-            drop(black_box(s));
+        b.iter_custom(|iters| {
+            timed(iters, || {
+                drop(black_box(record_function_id(black_box(name))))
+            })
         })
     });
     g.bench_function("active_by_str", |b| {
-        b.iter(|| drop(black_box(record_function(black_box("bench_span")))))
+        b.iter_custom(|iters| {
+            timed(iters, || {
+                drop(black_box(record_function(black_box("bench_span"))))
+            })
+        })
     });
     g.finish();
     let out = profiler.stop();

@@ -6,6 +6,8 @@ it unchanged), and a reader for Kineto traces in every timestamp variant found i
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod document;
+pub mod encoder;
 pub mod json;
 pub mod reader;
 pub mod writer;
