@@ -99,6 +99,8 @@ pub fn dur_us(us: f64) -> String {
     if !us.is_finite() {
         return "-".into();
     }
+    // `+ 0.0` turns -0.0 (an empty sum of negatives) into 0.0, so it never prints as "-0".
+    let us = us + 0.0;
     let a = us.abs();
     if a < 1_000.0 {
         if us.fract() == 0.0 {
@@ -115,7 +117,7 @@ pub fn dur_us(us: f64) -> String {
 
 /// A percentage with 2 decimals, `-` when undefined.
 pub fn pct(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".into(), |v| format!("{v:.2}%"))
+    v.map_or_else(|| "-".into(), |v| format!("{:.2}%", v + 0.0))
 }
 
 /// Bytes in binary units.
@@ -152,6 +154,8 @@ mod tests {
     fn units() {
         assert_eq!(dur_us(812.0), "812 µs");
         assert_eq!(dur_us(2.5), "2.5 µs");
+        assert_eq!(dur_us(-0.0), "0 µs");
+        assert_eq!(pct(Some(-0.0)), "0.00%");
         assert_eq!(dur_us(3210.0), "3.21 ms");
         assert_eq!(dur_us(12_996_011.0), "12.996 s");
         assert_eq!(bytes(512), "512 B");
