@@ -19,5 +19,8 @@ bash scripts/cupti-wheels.sh
 step "cargo test"
 cargo test --workspace --locked
 
+step "GPU check script self-test (the trace checker run on GPU machines)"
+python3 gpu/check/gpu_check.py selftest
+
 step "compatibility tests (HTA, torch-tb-profiler)"
 bash scripts/compat-tests.sh

@@ -1,0 +1,879 @@
+#!/usr/bin/env python3
+"""The GPU check of kinetrace (driven by scripts/gpu-check.sh; standard library only, plus torch
+for the PyTorch workloads).
+
+Subcommands:
+
+  all --stage DIR --out DIR        the whole check on an NVIDIA machine: the cudarc workload under
+                                   kinetrace, its trace checked; the same work in PyTorch under
+                                   torch.profiler, compared; a small training loop under
+                                   `kinetrace record --iterations 3` vs torch.profiler (if the staged
+                                   CLI has `record`). One summary table; exit 1 on any failed check.
+  check-trace TRACE [--expect-json FILE | --expect kernel=N,...] [options]
+                                   the trace checks alone, on any trace (e.g. one synthesised, or
+                                   the demo's with the counts it should hold).
+  selftest [--out DIR]             synthesises a trace in the workload's shape, checks that it passes
+                                   and that each kind of damage is caught (no GPU needed).
+  torch-workload ...               the PyTorch workloads (run by `all`; prints one JSON line).
+"""
+
+import argparse
+import collections
+import copy
+import glob
+import gzip
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+API_CATS = ("cuda_runtime", "cuda_driver")
+T0 = time.monotonic()
+BUDGET_S = float(os.environ.get("GPU_CHECK_BUDGET_S", "450"))  # the whole run: < 8 minutes
+
+
+def progress(msg):
+    sys.stderr.write("[gpu-check %6.1fs] %s\n" % (time.monotonic() - T0, msg))
+    sys.stderr.flush()
+
+
+# --------------------------------------------------------------------------------------------------
+# Traces
+
+
+def load_trace(path):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return json.load(f)
+
+
+def find_traces(root):
+    out = []
+    for pat in ("**/*.pt.trace.json", "**/*.pt.trace.json.gz", "**/*.trace.json", "**/*.json.gz"):
+        out += glob.glob(os.path.join(root, pat), recursive=True)
+    return sorted(set(out))
+
+
+def step_num(name):
+    try:
+        return int(name.split("#", 1)[1])
+    except (IndexError, ValueError):
+        return None
+
+
+class Trace:
+    """The parts of a Kineto trace the checks need."""
+
+    def __init__(self, data, path="<trace>"):
+        self.path = path
+        self.data = data
+        evs = data.get("traceEvents", []) if isinstance(data, dict) else data
+        self.events = evs
+        self.gpu = [e for e in evs if e.get("ph") == "X" and e.get("cat") in GPU_CATS]
+        self.api = [e for e in evs if e.get("ph") == "X" and e.get("cat") in API_CATS]
+        self.api_by_corr = {}
+        for e in self.api:
+            c = (e.get("args") or {}).get("correlation")
+            if c is not None:
+                self.api_by_corr.setdefault(c, e)
+        self.flow_s = collections.defaultdict(list)
+        self.flow_f = collections.defaultdict(list)
+        for e in evs:
+            if e.get("cat") != "ac2g" and e.get("name") != "ac2g":
+                continue
+            if e.get("ph") == "s":
+                self.flow_s[e.get("id")].append(e)
+            elif e.get("ph") == "f":
+                self.flow_f[e.get("id")].append(e)
+        self.steps = []  # (n, ts, end, pid)
+        for e in evs:
+            if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"):
+                n = step_num(e["name"])
+                if n is not None:
+                    self.steps.append((n, float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), e.get("pid")))
+        self.steps.sort()
+        self.annotations = collections.defaultdict(list)  # External id -> [span]
+        for e in evs:
+            if e.get("ph") == "X" and e.get("cat") in ("user_annotation", "cpu_op"):
+                x = (e.get("args") or {}).get("External id")
+                if x is not None:
+                    self.annotations[x].append(e)
+
+    def step_of_ts(self, ts):
+        for n, a, b, _ in self.steps:
+            if a <= ts <= b:
+                return n
+        return None
+
+    def step_window(self, n):
+        for m, a, b, _ in self.steps:
+            if m == n:
+                return a, b
+        return None
+
+    def step_of_gpu(self, e):
+        """The step whose CPU window holds the API call that launched `e`."""
+        c = (e.get("args") or {}).get("correlation")
+        api = self.api_by_corr.get(c)
+        if api is None:
+            return None
+        return self.step_of_ts(float(api["ts"]))
+
+    def counts(self):
+        return dict(collections.Counter(e["cat"] for e in self.gpu))
+
+    def per_step(self):
+        """{step: {cat: n}} over GPU records; step None = launched outside every ProfilerStep."""
+        out = collections.defaultdict(collections.Counter)
+        for e in self.gpu:
+            out[self.step_of_gpu(e)][e["cat"]] += 1
+        return {k: dict(v) for k, v in out.items()}
+
+
+def parse_expect(s):
+    out = {}
+    for part in s.split(","):
+        if not part.strip():
+            continue
+        k, _, v = part.partition("=")
+        out[k.strip()] = int(v)
+    return out
+
+
+def check_trace(tr, expect, span_name="iter", busy=None, slack_us=20.0):
+    """The checks of a kinetrace trace of the cudarc workload. `expect` holds `counts` (totals per
+    category), optionally `per_step` (per recorded step) and `recorded_steps`. `busy` = (kernel name,
+    expected µs) for the duration check. Returns [(name, ok, detail)]."""
+    res = []
+
+    def add(name, ok, detail):
+        res.append((name, bool(ok), detail))
+
+    counts = tr.counts()
+    want = expect.get("counts", {})
+    add("trace has GPU records", len(tr.gpu) > 0, "%d GPU records, %d API records" % (len(tr.gpu), len(tr.api)))
+    for cat in GPU_CATS:
+        if cat in want:
+            add("count %s" % cat, counts.get(cat, 0) == want[cat], "trace %d, launched %d" % (counts.get(cat, 0), want[cat]))
+    per = tr.per_step()
+    steps_want = expect.get("recorded_steps")
+    if steps_want is not None:
+        got = sorted(n for n, _, _, _ in tr.steps)
+        add("recorded steps", got == sorted(steps_want), "trace ProfilerStep# %s, expected %s" % (got, sorted(steps_want)))
+    if expect.get("per_step"):
+        bad = []
+        for n in steps_want or sorted(k for k in per if k is not None):
+            got = per.get(n, {})
+            for cat, k in expect["per_step"].items():
+                if got.get(cat, 0) != k:
+                    bad.append("step %s %s %d != %d" % (n, cat, got.get(cat, 0), k))
+        if None in per:
+            bad.append("%d GPU records launched outside every ProfilerStep" % sum(per[None].values()))
+        add("counts per step", not bad, "; ".join(bad[:4]) or "each step: %s" % expect["per_step"])
+
+    # Correlation: every GPU record has its runtime/driver call, and an ac2g flow pair.
+    no_corr, no_api, no_flow = [], [], []
+    for e in tr.gpu:
+        c = (e.get("args") or {}).get("correlation")
+        if c is None:
+            no_corr.append(e["name"])
+            continue
+        if c not in tr.api_by_corr:
+            no_api.append("%s#%s" % (e["name"], c))
+        s, f = tr.flow_s.get(c, []), tr.flow_f.get(c, [])
+        if len(s) != 1 or len(f) != 1:
+            no_flow.append("%s#%s (s=%d f=%d)" % (e["name"], c, len(s), len(f)))
+    add("correlation ids", not no_corr, "%d GPU records lack one %s" % (len(no_corr), no_corr[:3]))
+    add("runtime/driver call per GPU record", not no_api, "%d unmatched %s" % (len(no_api), no_api[:3]))
+    add("ac2g flow pair per GPU record", not no_flow, "%d without one s+f pair %s" % (len(no_flow), no_flow[:3]))
+    flow_ts_bad = 0
+    for e in tr.gpu:
+        c = (e.get("args") or {}).get("correlation")
+        api = tr.api_by_corr.get(c)
+        s = tr.flow_s.get(c, [])
+        if api is not None and len(s) == 1 and abs(float(s[0]["ts"]) - float(api["ts"])) > 1.0:
+            flow_ts_bad += 1
+    add("ac2g starts at its API call", flow_ts_bad == 0, "%d flow starts off their API call" % flow_ts_bad)
+
+    # External id: kernels (and copies, sets) link to the enclosing span.
+    unlinked = []
+    for e in tr.gpu:
+        x = (e.get("args") or {}).get("External id")
+        spans = tr.annotations.get(x, [])
+        if span_name == "any":
+            ok = bool(spans)
+        else:
+            ok = any(s.get("name") == span_name for s in spans)
+        if not ok:
+            unlinked.append("%s(ext %s)" % (e["name"], x))
+    add("External id -> '%s' span" % span_name, not unlinked, "%d of %d GPU records unlinked %s" % (len(unlinked), len(tr.gpu), unlinked[:3]))
+
+    # Durations.
+    nonpos = [e["name"] for e in tr.gpu if not float(e.get("dur", 0)) > 0]
+    add("durations > 0", not nonpos, "%d GPU records with dur <= 0 %s" % (len(nonpos), nonpos[:3]))
+    if busy:
+        name, us = busy
+        durs = [float(e["dur"]) for e in tr.gpu if e["cat"] == "kernel" and name in e["name"]]
+        ok = bool(durs) and all(0.8 * us <= d <= 2.0 * us for d in durs)
+        detail = "%d x %s: %s us (expected %.0f us, within 0.8x-2x)" % (
+            len(durs), name, ("%.1f..%.1f" % (min(durs), max(durs))) if durs else "none", us)
+        add("kernel B duration", ok, detail)
+    bw_bad, bw_seen = [], 0
+    for e in tr.gpu:
+        b = (e.get("args") or {}).get("bytes")
+        d = float(e.get("dur", 0))
+        if e["cat"] in ("gpu_memcpy", "gpu_memset") and b and d > 0:
+            bw_seen += 1
+            gbs = b / (d * 1e3)  # bytes per ns = GB/s
+            if not 0.05 <= gbs <= 5000:
+                bw_bad.append("%s %.3g GB/s" % (e["name"], gbs))
+    if bw_seen:
+        add("copy/set bandwidth plausible", not bw_bad, "%d of %d outside 0.05-5000 GB/s %s" % (len(bw_bad), bw_seen, bw_bad[:3]))
+    streams = collections.defaultdict(set)
+    for e in tr.gpu:
+        if e["cat"] == "kernel":
+            streams[e["name"]].add((e.get("args") or {}).get("stream"))
+    if busy and len(streams) >= 2:
+        all_streams = set().union(*streams.values())
+        add("kernels on two streams", len(all_streams) >= 2, "streams %s" % sorted(map(str, all_streams)))
+
+    # Timestamps: each GPU record inside the CPU window of the step that launched it.
+    outside = []
+    for e in tr.gpu:
+        n = tr.step_of_gpu(e)
+        if n is None:
+            continue
+        a, b = tr.step_window(n)
+        ts, end = float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))
+        if ts < a - slack_us or end > b + slack_us:
+            outside.append("%s step %d: [%.1f, %.1f] vs [%.1f, %.1f]" % (e["name"], n, ts - a, end - a, 0.0, b - a))
+    add("GPU records within their step", not outside, "%d outside (+-%.0f us) %s" % (len(outside), slack_us, outside[:2]))
+
+    dropped = tr.data.get("dropped_events") if isinstance(tr.data, dict) else None
+    if isinstance(dropped, dict):
+        total = sum(v for v in dropped.values() if isinstance(v, (int, float)))
+        add("no dropped events", total == 0, json.dumps(dropped))
+    return res
+
+
+# --------------------------------------------------------------------------------------------------
+# A synthetic trace in the workload's shape (self-test without a GPU)
+
+
+def synth_trace(recorded_steps, busy_us=200.0, pid=4242, tid=4242, base=1_000_000.0):
+    evs = []
+    ext = 100
+    corr = 1000
+    ts = base
+    for n in recorded_steps:
+        step_ts = ts
+        ext += 1
+        step_ext = ext
+        ext += 1
+        iter_ext = ext
+        t = step_ts + 2.0
+        ops = [
+            ("cuMemcpyHtoDAsync_v2", "gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 7, 40.0),
+            ("cuLaunchKernel", "kernel", "kt_vadd", 7, 10.0),
+            ("cuMemcpyDtoHAsync_v2", "gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", 7, 40.0),
+            ("cuMemsetD8Async", "gpu_memset", "Memset (Device)", 13, 5.0),
+            ("cuLaunchKernel", "kernel", "kt_busy", 13, busy_us + 3.0),
+        ]
+        gpu_t = {7: t + 5.0, 13: t + 5.0}
+        for api_name, cat, name, stream, dur in ops:
+            corr += 1
+            evs.append({"ph": "X", "cat": "cuda_driver", "name": api_name, "pid": pid, "tid": tid, "ts": t,
+                        "dur": 3.0, "args": {"External id": iter_ext, "cbid": 1, "correlation": corr}})
+            evs.append({"ph": "s", "id": corr, "pid": pid, "tid": tid, "ts": t, "cat": "ac2g", "name": "ac2g"})
+            g = max(gpu_t[stream], t + 4.0)
+            evs.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": g, "dur": dur,
+                        "args": {"External id": iter_ext, "device": 0, "context": 1, "stream": stream,
+                                 "correlation": corr}})
+            evs.append({"ph": "f", "id": corr, "pid": 0, "tid": stream, "ts": g, "cat": "ac2g", "name": "ac2g", "bp": "e"})
+            gpu_t[stream] = g + dur
+            t += 4.0
+        end = max(gpu_t.values()) + 5.0
+        evs.append({"ph": "X", "cat": "user_annotation", "name": "iter", "pid": pid, "tid": tid, "ts": step_ts + 1.0,
+                    "dur": end - step_ts, "args": {"External id": iter_ext}})
+        evs.append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#%d" % n, "pid": pid, "tid": tid,
+                    "ts": step_ts, "dur": end - step_ts + 3.0, "args": {"External id": step_ext}})
+        ts = end + 10.0
+    return {"schemaVersion": 1, "traceEvents": evs, "dropped_events": {"cpu_ring": 0, "cupti": 0}}
+
+
+def selftest(out_dir):
+    steps = [2, 3, 4, 5]
+    expect = {"counts": {"kernel": 8, "gpu_memcpy": 8, "gpu_memset": 4}, "recorded_steps": steps,
+              "per_step": {"kernel": 2, "gpu_memcpy": 2, "gpu_memset": 1}}
+    good = synth_trace(steps)
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "synthetic.pt.trace.json")
+    with open(path, "w") as f:
+        json.dump(good, f)
+    failures = 0
+    res = check_trace(Trace(load_trace(path), path), expect, busy=("kt_busy", 200.0))
+    bad = [r for r in res if not r[1]]
+    print("selftest: clean synthetic trace: %d checks, %d failed" % (len(res), len(bad)))
+    for r in bad:
+        print("  unexpected failure: %s: %s" % (r[0], r[2]))
+    failures += len(bad)
+
+    def damaged(what, mutate, expect_fail):
+        nonlocal failures
+        t = copy.deepcopy(good)
+        mutate(t["traceEvents"])
+        res = check_trace(Trace(t), expect, busy=("kt_busy", 200.0))
+        failed = {r[0] for r in res if not r[1]}
+        ok = expect_fail in failed
+        print("selftest: %-42s -> %s" % (what, "caught by '%s'" % expect_fail if ok else "NOT caught (failed: %s)" % sorted(failed)))
+        if not ok:
+            failures += 1
+
+    def first(evs, pred):
+        return next(i for i, e in enumerate(evs) if pred(e))
+
+    damaged("a kernel missing", lambda evs: evs.pop(first(evs, lambda e: e.get("cat") == "kernel")), "count kernel")
+    damaged("a memset missing", lambda evs: evs.pop(first(evs, lambda e: e.get("cat") == "gpu_memset")), "count gpu_memset")
+    damaged("an API record missing", lambda evs: evs.pop(first(evs, lambda e: e.get("cat") == "cuda_driver")),
+            "runtime/driver call per GPU record")
+    damaged("a flow end missing", lambda evs: evs.pop(first(evs, lambda e: e.get("ph") == "f")), "ac2g flow pair per GPU record")
+    damaged("a kernel's External id wrong",
+            lambda evs: evs[first(evs, lambda e: e.get("cat") == "kernel")]["args"].__setitem__("External id", 99999),
+            "External id -> 'iter' span")
+    damaged("kernel B too short",
+            lambda evs: evs[first(evs, lambda e: e.get("name") == "kt_busy")].__setitem__("dur", 20.0), "kernel B duration")
+    damaged("a zero duration",
+            lambda evs: evs[first(evs, lambda e: e.get("cat") == "gpu_memcpy")].__setitem__("dur", 0.0), "durations > 0")
+    damaged("a kernel outside its step",
+            lambda evs: evs[first(evs, lambda e: e.get("name") == "kt_vadd")].__setitem__("ts", 10.0), "GPU records within their step")
+    damaged("a step missing", lambda evs: evs.pop(first(evs, lambda e: e.get("name") == "ProfilerStep#3")), "recorded steps")
+    print("selftest: %s" % ("passed" if failures == 0 else "%d problem(s)" % failures))
+    return 0 if failures == 0 else 1
+
+
+# --------------------------------------------------------------------------------------------------
+# PyTorch workloads (run in a child process: `torch-workload`)
+
+
+def _cudart_memset(torch):
+    """cudaMemsetAsync from the CUDA runtime PyTorch loaded (so the trace holds a real memset, as
+    the cudarc workload's cuMemsetD8Async). Returns (fn, note)."""
+    import ctypes
+
+    names = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                p = line.split()[-1]
+                if "libcudart.so" in os.path.basename(p) and p not in names:
+                    names.append(p)
+    except OSError:
+        pass
+    names += ["libcudart.so.13", "libcudart.so.12", "libcudart.so"]
+    for n in names:
+        try:
+            lib = ctypes.CDLL(n)
+            fn = lib.cudaMemsetAsync
+            fn.restype = ctypes.c_int
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p]
+
+            def memset(t, stream, fn=fn):
+                rc = fn(ctypes.c_void_p(t.data_ptr()), 0, t.numel() * t.element_size(), ctypes.c_void_p(stream.cuda_stream))
+                if rc != 0:
+                    raise RuntimeError("cudaMemsetAsync returned %d" % rc)
+
+            return memset, n
+        except (OSError, AttributeError):
+            continue
+
+    def fallback(t, stream):
+        t.zero_()
+
+    return fallback, "no libcudart found: memset done with zero_() (a fill kernel)"
+
+
+def torch_workload(a):
+    try:
+        import torch
+    except ImportError as e:
+        print(json.dumps({"workload": "torch-" + a.mode, "error": "torch cannot be imported: %s" % e}))
+        return 3
+
+    out = {"workload": "torch-" + a.mode, "profiler": a.profiler, "torch": torch.__version__,
+           "cuda": torch.version.cuda}
+    if not torch.cuda.is_available():
+        out["error"] = "torch.cuda.is_available() is False"
+        print(json.dumps(out))
+        return 3
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    out["device"] = torch.cuda.get_device_name(0)
+    prof_mod = torch.profiler
+    trace_paths = []
+    os.makedirs(a.out, exist_ok=True)
+
+    def on_ready(p):
+        path = os.path.join(a.out, "torch-%s.%d.pt.trace.json" % (a.mode, os.getpid()))
+        p.export_chrome_trace(path)
+        trace_paths.append(path)
+
+    if a.mode == "plain":
+        n = a.elements
+        a_ = torch.empty(n, device=dev)
+        b_ = torch.ones(n, device=dev)
+        c_ = torch.empty(n, device=dev)
+        d_ = torch.empty(n, device=dev)
+        hin = (torch.arange(n, dtype=torch.float32) % 1000).pin_memory()
+        hout = torch.empty(n, dtype=torch.float32).pin_memory()
+        s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+        memset, memset_note = _cudart_memset(torch)
+        out["memset"] = memset_note
+        # Calibrate torch.cuda._sleep (cycles) to --busy-us.
+        torch.cuda._sleep(1000)
+        torch.cuda.synchronize()
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        cycles_probe = 2_000_000
+        e0.record()
+        torch.cuda._sleep(cycles_probe)
+        e1.record()
+        e1.synchronize()
+        cyc_per_us = cycles_probe / (e0.elapsed_time(e1) * 1e3)
+        cycles = int(a.busy_us * cyc_per_us)
+        out["sleep_cycles"] = cycles
+
+        def iteration():
+            with torch.cuda.stream(s1):
+                a_.copy_(hin, non_blocking=True)
+                torch.add(a_, b_, out=c_)
+                hout.copy_(c_, non_blocking=True)
+            with torch.cuda.stream(s2):
+                memset(d_, s2)
+                torch.cuda._sleep(cycles)
+            s1.synchronize()
+            s2.synchronize()
+
+        launches = 5
+        if "zero_" in memset_note:  # the memset became a fill kernel
+            out["per_step"] = {"kernel": 3, "gpu_memcpy": 2, "gpu_memset": 0}
+        else:
+            out["per_step"] = {"kernel": 2, "gpu_memcpy": 2, "gpu_memset": 1}
+    else:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*[m for _ in range(3) for m in (torch.nn.Linear(1024, 1024), torch.nn.ReLU())]).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        x = torch.randn(64, 1024, device=dev)
+
+        def iteration():
+            loss = model(x).square().mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            torch.cuda.synchronize()
+
+        launches = None  # counted from the traces
+
+    for _ in range(a.warmup if a.mode == "plain" else 0):
+        iteration()
+    torch.cuda.synchronize()
+    rf = torch.autograd.profiler.record_function
+
+    def timed(n, prof=None):
+        times = []
+        for _ in range(n):
+            recording = prof is not None and str(getattr(prof, "current_action", "")).endswith(("RECORD", "RECORD_AND_SAVE"))
+            t = time.perf_counter()
+            with rf("iter"):
+                iteration()
+            if prof is not None:
+                prof.step()
+            times.append(((time.perf_counter() - t) * 1e6, recording))
+        return times
+
+    if a.mode == "plain":
+        off = [t for t, _ in timed(a.iterations)]
+        on = []
+        if a.profiler == "torch":
+            sched = prof_mod.schedule(wait=1, warmup=1, active=a.iterations, repeat=1)
+            with prof_mod.profile(activities=[prof_mod.ProfilerActivity.CPU, prof_mod.ProfilerActivity.CUDA],
+                                  schedule=sched, on_trace_ready=on_ready) as prof:
+                on = [t for t, r in timed(a.iterations + 3, prof) if r]
+        out["counts"] = {k: v * a.iterations for k, v in out["per_step"].items()}
+        out["recorded_steps"] = list(range(2, 2 + a.iterations))
+    else:
+        # Training loop: one process, --iterations optimizer steps; the window is steps
+        # [start, start+active); 'off' = steps from start+active+2 on (after the trace is written).
+        start, active = a.start, a.active
+        if a.profiler == "torch":
+            sched = prof_mod.schedule(wait=max(start - 1, 0), warmup=1 if start >= 1 else 0, active=active, repeat=1)
+            with prof_mod.profile(activities=[prof_mod.ProfilerActivity.CPU, prof_mod.ProfilerActivity.CUDA],
+                                  schedule=sched, on_trace_ready=on_ready) as prof:
+                times = timed(a.iterations, prof)
+        else:
+            times = timed(a.iterations)
+        all_t = [t for t, _ in times]
+        on = all_t[start:start + active] if a.profiler != "none-baseline" else []
+        off = all_t[start + active + 2:]
+        if a.profiler == "none-baseline":
+            off = all_t[2:]
+        out["per_iteration_us"] = all_t
+        out["window"] = [start, start + active - 1]
+    out["iterations"] = a.iterations
+    out["launches_per_iter"] = launches
+    out["wall_us_per_iter_off"] = {"median": statistics.median(off), "n": len(off)} if off else None
+    out["wall_us_per_iter_on"] = {"median": statistics.median(on), "n": len(on)} if on else None
+    if off and on and launches:
+        out["added_us_per_launch"] = (statistics.median(on) - statistics.median(off)) / launches
+    out["traces"] = trace_paths
+    print(json.dumps(out))
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------
+# The whole check
+
+
+class Summary:
+    def __init__(self):
+        self.rows = []  # (section, check, ok|None, detail)
+
+    def add(self, section, check, ok, detail=""):
+        self.rows.append((section, check, ok, detail))
+        mark = {True: "PASS", False: "FAIL", None: "info"}[ok if ok is None else bool(ok)]
+        progress("%s  %s / %s  %s" % (mark, section, check, detail))
+
+    def failed(self):
+        return [r for r in self.rows if r[2] is False]
+
+    def print(self):
+        w1 = max([len(r[0]) for r in self.rows] + [7])
+        w2 = max([len(r[1]) for r in self.rows] + [5])
+        line = "-" * (w1 + w2 + 60)
+        print(line)
+        print("%-*s  %-*s  %-6s %s" % (w1, "section", w2, "check", "result", "detail"))
+        print(line)
+        for s, c, ok, d in self.rows:
+            mark = {True: "PASS", False: "FAIL", None: "info"}[ok if ok is None else bool(ok)]
+            if len(d) > 160:
+                d = d[:157] + "..."
+            print("%-*s  %-*s  %-6s %s" % (w1, s, w2, c, mark, d))
+        print(line)
+        nf = len(self.failed())
+        npass = sum(1 for r in self.rows if r[2] is True)
+        print("gpu-check: %d passed, %d failed" % (npass, nf))
+
+
+def run_child(cmd, timeout, env=None, log=None):
+    """Runs cmd; returns (rc, stdout, stderr tail). Never raises on timeout."""
+    left = BUDGET_S - (time.monotonic() - T0)
+    timeout = max(5.0, min(timeout, left))
+    progress("run: %s (timeout %.0fs)" % (" ".join(cmd), timeout))
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, env=env,
+                           universal_newlines=True)
+        rc, so, se = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc = 124
+        so = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        se = (e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")) + "\n(timed out after %.0fs)" % timeout
+    if log:
+        with open(log, "w") as f:
+            f.write("$ %s\n--- stdout\n%s\n--- stderr\n%s\n" % (" ".join(cmd), so, se))
+    tail = "\n".join(se.strip().splitlines()[-8:])
+    if tail:
+        for ln in tail.splitlines():
+            sys.stderr.write("    | %s\n" % ln)
+    return rc, so, se
+
+
+def last_json(stdout):
+    for ln in reversed(stdout.strip().splitlines()):
+        ln = ln.strip()
+        if ln.startswith("{"):
+            try:
+                return json.loads(ln)
+            except ValueError:
+                continue
+    return None
+
+
+def per_step_kernels(tr):
+    per = tr.per_step()
+    return {n: per.get(n, {}).get("kernel", 0) for n, _, _, _ in tr.steps}
+
+
+def fmt_us(x):
+    return "n/a" if x is None else "%.2f us" % x
+
+
+def find_cuda_libs():
+    """Where libnvrtc and libcupti are on this machine: PyTorch's NVIDIA wheels (site-packages
+    nvidia/cu13/lib, nvidia/cuda_nvrtc/lib, nvidia/cuda_cupti/lib), then the toolkit ($CUDA_HOME,
+    /usr/local/cuda). Returns ({'nvrtc': [dirs], 'cupti': [files]}); nothing is imported."""
+    import site
+
+    roots = []
+    try:
+        roots += site.getsitepackages()
+    except AttributeError:
+        pass
+    try:
+        roots.append(site.getusersitepackages())
+    except AttributeError:
+        pass
+    roots += [p for p in sys.path if p.endswith("-packages")]
+    found = {"nvrtc": [], "cupti": []}
+    for r in dict.fromkeys(roots):
+        for sub in ("nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib", "nvidia/cuda_cupti/lib", "nvidia/cu12/lib"):
+            d = os.path.join(r, sub)
+            if glob.glob(os.path.join(d, "libnvrtc.so*")):
+                found["nvrtc"].append(d)
+            found["cupti"] += sorted(glob.glob(os.path.join(d, "libcupti.so.1[0-9]*")), reverse=True)
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if not home:
+            continue
+        d = os.path.join(home, "lib64")
+        if glob.glob(os.path.join(d, "libnvrtc.so*")):
+            found["nvrtc"].append(d)
+        found["cupti"] += sorted(glob.glob(os.path.join(home, "extras/CUPTI/lib64/libcupti.so.1[0-9]*")), reverse=True)
+    found["nvrtc"] = list(dict.fromkeys(found["nvrtc"]))
+    found["cupti"] = list(dict.fromkeys(found["cupti"]))
+    return found
+
+
+def workload_env(libs, cupti=None):
+    env = dict(os.environ)
+    if libs["nvrtc"]:
+        env["LD_LIBRARY_PATH"] = ":".join(libs["nvrtc"] + [p for p in [env.get("LD_LIBRARY_PATH")] if p])
+    if "CUDA_HOME" not in env and os.path.isdir("/usr/local/cuda"):
+        env["CUDA_HOME"] = "/usr/local/cuda"
+    if cupti:
+        env["KINETRACE_CUPTI_PATH"] = cupti
+    return env
+
+
+def torch_env():
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def cmd_all(a):
+    s = Summary()
+    stage = os.path.abspath(a.stage)
+    out = os.path.abspath(a.out)
+    os.makedirs(out, exist_ok=True)
+    me = os.path.abspath(__file__)
+    py = sys.executable
+    iters = a.iterations
+
+    # 1. The cudarc workload under kinetrace.
+    progress("step 1/4: cudarc workload under kinetrace (%d recorded iterations)" % iters)
+    wl_out = os.path.join(out, "kinetrace-workload")
+    shutil.rmtree(wl_out, ignore_errors=True)
+    exe = os.path.join(stage, "bin", "kinetrace-gpu-workload")
+    libs = find_cuda_libs()
+    s.add("setup", "CUDA libraries", None, "nvrtc dirs %s; libcupti %s" % (libs["nvrtc"], libs["cupti"]))
+    wl_cmd = [exe, "--iterations", str(iters), "--busy-us", str(a.busy_us), "--out", wl_out]
+    rc, so, se = run_child(wl_cmd, 120, env=workload_env(libs), log=os.path.join(out, "workload.log"))
+    wl = last_json(so)
+    if (rc == 0 and wl and not wl.get("cupti", {}).get("live") and libs["cupti"]
+            and "KINETRACE_CUPTI_PATH" not in os.environ):
+        # kinetrace's own search found no usable libcupti: say so, and retry with the one found here.
+        s.add("setup", "kinetrace's libcupti search", None, "off: %s; retrying with KINETRACE_CUPTI_PATH=%s" % (
+            wl.get("cupti", {}).get("reason"), libs["cupti"][0]))
+        shutil.rmtree(wl_out, ignore_errors=True)
+        rc, so, se = run_child(wl_cmd, 120, env=workload_env(libs, libs["cupti"][0]), log=os.path.join(out, "workload-retry.log"))
+        wl = last_json(so)
+    if rc == 3:
+        s.add("workload", "GPU present", False, (wl or {}).get("message", "no NVIDIA GPU / driver found"))
+        s.print()
+        return 2
+    s.add("workload", "ran", rc == 0 and wl is not None and "error" not in wl,
+          "rc %d; %s" % (rc, (wl or {}).get("message", "") or ("%s, kernels from %s" % ((wl or {}).get("device"), (wl or {}).get("kernel_source")))))
+    wl_trace = None
+    if wl and "error" not in wl:
+        cupti = wl.get("cupti", {})
+        s.add("workload", "CUPTI live", cupti.get("live"), json.dumps(cupti)[:200])
+        s.add("workload", "results correct", wl.get("result_mismatches") == 0, "%s mismatches" % wl.get("result_mismatches"))
+        bm = wl.get("busy_measured_ns", 0)
+        s.add("workload", "kernel B self-timed", 0.9 * wl["busy_ns"] <= bm <= 3 * wl["busy_ns"], "%.1f us on the GPU timer (asked %.0f)" % (bm / 1e3, wl["busy_ns"] / 1e3))
+        traces = wl.get("traces") or []
+        s.add("workload", "one trace written", len(traces) == 1, ", ".join(traces) or "none")
+        if traces:
+            wl_trace = Trace(load_trace(traces[0]), traces[0])
+            for name, ok, detail in check_trace(wl_trace, wl, busy=(wl["kernels"]["B"], wl["busy_ns"] / 1e3)):
+                s.add("kinetrace trace", name, ok, detail)
+        s.add("overhead", "kinetrace: added per launch", None,
+              "%s (iteration median off %s, on %s, %d launches/iter)" % (
+                  fmt_us(wl.get("added_us_per_launch")), fmt_us((wl.get("wall_us_per_iter_off") or {}).get("median")),
+                  fmt_us((wl.get("wall_us_per_iter_on") or {}).get("median")), wl.get("launches_per_iter", 0)))
+
+    # 2. The same work in PyTorch under torch.profiler.
+    progress("step 2/4: the same work in PyTorch under torch.profiler")
+    t_out = os.path.join(out, "torch-plain")
+    shutil.rmtree(t_out, ignore_errors=True)
+    rc, so, se = run_child([py, me, "torch-workload", "--mode", "plain", "--profiler", "torch", "--iterations", str(iters),
+                            "--busy-us", str(a.busy_us), "--out", t_out], 180, env=torch_env(),
+                           log=os.path.join(out, "torch-plain.log"))
+    tw = last_json(so)
+    s.add("torch.profiler", "ran", rc == 0 and tw is not None and "error" not in tw,
+          "rc %d; %s" % (rc, (tw or {}).get("error") or "torch %s, CUDA %s; memset via %s" % (
+              (tw or {}).get("torch"), (tw or {}).get("cuda"), (tw or {}).get("memset"))))
+    if tw and tw.get("traces"):
+        ttr = Trace(load_trace(tw["traces"][0]), tw["traces"][0])
+        tc = ttr.counts()
+        s.add("torch.profiler", "counts", all(tc.get(k, 0) == v for k, v in tw["counts"].items()),
+              "trace %s, launched %s" % (tc, tw["counts"]))
+        if wl_trace is not None:
+            ours = sorted(per_step_kernels(wl_trace).values())
+            theirs = sorted(per_step_kernels(ttr).values())
+            s.add("compare", "kernels per step (workload)", ours == theirs and len(ours) > 0,
+                  "kinetrace %s, torch.profiler %s" % (ours, theirs))
+            s.add("compare", "trace size (workload)", None, "kinetrace %d B, torch.profiler %d B" % (
+                os.path.getsize(wl_trace.path), os.path.getsize(ttr.path)))
+        s.add("overhead", "torch.profiler: added per launch", None,
+              "%s (iteration median off %s, on %s, %s launches/iter)" % (
+                  fmt_us(tw.get("added_us_per_launch")), fmt_us((tw.get("wall_us_per_iter_off") or {}).get("median")),
+                  fmt_us((tw.get("wall_us_per_iter_on") or {}).get("median")), tw.get("launches_per_iter")))
+        if wl and wl.get("added_us_per_launch") is not None and tw.get("added_us_per_launch") is not None:
+            s.add("compare", "added per launch", None, "kinetrace %s vs torch.profiler %s" % (
+                fmt_us(wl["added_us_per_launch"]), fmt_us(tw["added_us_per_launch"])))
+    elif tw is None or "error" in (tw or {}):
+        pass
+    else:
+        s.add("torch.profiler", "trace written", False, "no trace")
+
+    # 3/4. A training loop: under `kinetrace record --iterations 3` and under torch.profiler.
+    cli = os.path.join(stage, "bin", "kinetrace")
+    has_record = False
+    if os.path.exists(cli):
+        rc, so, se = run_child([cli, "record", "--help"], 20)
+        has_record = rc == 0
+    if not has_record:
+        why = "no staged kinetrace CLI" if not os.path.exists(cli) else "the staged CLI has no `record` subcommand"
+        progress("steps 3-4 skipped: %s" % why)
+        s.add("kinetrace record", "training loop", None, "SKIPPED: %s" % why)
+    else:
+        start, active, n = 2, 3, a.train_iterations
+        common = ["--mode", "train", "--iterations", str(n), "--start", str(start), "--active", str(active)]
+        progress("step 3/4: training loop, no profiler (baseline) and under torch.profiler")
+        tb_out = os.path.join(out, "train-baseline")
+        rc, so, se = run_child([py, me, "torch-workload", "--profiler", "none-baseline", "--out", tb_out] + common, 120,
+                               env=torch_env(), log=os.path.join(out, "train-baseline.log"))
+        base = last_json(so) or {}
+        tt_out = os.path.join(out, "train-torch")
+        shutil.rmtree(tt_out, ignore_errors=True)
+        rc, so, se = run_child([py, me, "torch-workload", "--profiler", "torch", "--out", tt_out] + common, 120,
+                               env=torch_env(), log=os.path.join(out, "train-torch.log"))
+        tt = last_json(so) or {}
+        s.add("train torch.profiler", "ran", rc == 0 and bool(tt.get("traces")), "rc %d, %s" % (rc, tt.get("traces")))
+        progress("step 4/4: training loop under `kinetrace record --iterations %d --start-iteration %d`" % (active, start))
+        kr_out = os.path.join(out, "train-kinetrace")
+        shutil.rmtree(kr_out, ignore_errors=True)
+        env = torch_env()
+        rc, so, se = run_child([cli, "record", "--iterations", str(active), "--start-iteration", str(start), "-o", kr_out,
+                                "--", py, me, "torch-workload", "--profiler", "none", "--out", kr_out + "-unused"] + common,
+                               150, env=env, log=os.path.join(out, "train-kinetrace.log"))
+        kr = last_json(so) or {}
+        ktraces = find_traces(kr_out)
+        s.add("kinetrace record", "ran", rc == 0 and bool(ktraces), "rc %d, %d trace(s) in %s" % (rc, len(ktraces), kr_out))
+        if tt.get("traces") and ktraces:
+            ttr = Trace(load_trace(tt["traces"][0]), tt["traces"][0])
+            ktr = Trace(load_trace(ktraces[0]), ktraces[0])
+            theirs, ours = per_step_kernels(ttr), per_step_kernels(ktr)
+            s.add("kinetrace record", "recorded steps", len(ours) == active,
+                  "kinetrace %s, torch.profiler %s" % (sorted(ours), sorted(theirs)))
+            s.add("compare", "kernels per step (training)", sorted(ours.values()) == sorted(theirs.values()) and len(ours) > 0,
+                  "kinetrace %s, torch.profiler %s" % (sorted(ours.values()), sorted(theirs.values())))
+            for name, ok, detail in check_trace(ktr, {}, span_name="any"):
+                if name in ("correlation ids", "runtime/driver call per GPU record", "ac2g flow pair per GPU record",
+                            "durations > 0", "GPU records within their step", "no dropped events"):
+                    s.add("kinetrace record trace", name, ok, detail)
+            s.add("compare", "trace size (training)", None, "kinetrace %d B (%d events), torch.profiler %d B (%d events)" % (
+                os.path.getsize(ktr.path), len(ktr.events), os.path.getsize(ttr.path), len(ttr.events)))
+        b = (base.get("wall_us_per_iter_off") or {}).get("median")
+        for label, r in (("kinetrace record", kr), ("torch.profiler", tt)):
+            on = (r.get("wall_us_per_iter_on") or {}).get("median")
+            off = (r.get("wall_us_per_iter_off") or {}).get("median")
+            s.add("overhead", "%s: training step" % label, None,
+                  "recorded %s, after the window %s, no profiler %s (added %s/step)" % (
+                      fmt_us(on), fmt_us(off), fmt_us(b), fmt_us(on - b) if (on is not None and b is not None) else "n/a"))
+    s.print()
+    progress("done in %.0fs (logs in %s)" % (time.monotonic() - T0, out))
+    return 1 if s.failed() else 0
+
+
+def cmd_check_trace(a):
+    tr = Trace(load_trace(a.trace), a.trace)
+    expect = {}
+    if a.expect_json:
+        with open(a.expect_json) as f:
+            expect = last_json(f.read()) or {}
+    if a.expect:
+        expect["counts"] = parse_expect(a.expect)
+    if a.per_step:
+        expect["per_step"] = parse_expect(a.per_step)
+    if a.steps:
+        expect["recorded_steps"] = [int(x) for x in a.steps.split(",") if x.strip()]
+    busy = None
+    if a.busy:
+        name, _, us = a.busy.rpartition(":")
+        busy = (name, float(us))
+    elif expect.get("kernels") and expect.get("busy_ns"):
+        busy = (expect["kernels"]["B"], expect["busy_ns"] / 1e3)
+    s = Summary()
+    for name, ok, detail in check_trace(tr, expect, span_name=a.span, busy=busy, slack_us=a.slack_us):
+        s.add(os.path.basename(a.trace)[:40], name, ok, detail)
+    s.print()
+    return 1 if s.failed() else 0
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd")
+    pa = sub.add_parser("all")
+    pa.add_argument("--stage", required=True)
+    pa.add_argument("--out", required=True)
+    pa.add_argument("--iterations", type=int, default=10)
+    pa.add_argument("--train-iterations", type=int, default=14)
+    pa.add_argument("--busy-us", type=int, default=200)
+    pc = sub.add_parser("check-trace")
+    pc.add_argument("trace")
+    pc.add_argument("--expect-json", help="the workload's JSON line (counts, per_step, recorded_steps, kernels, busy_ns)")
+    pc.add_argument("--expect", help="totals per category: kernel=N,gpu_memcpy=N,gpu_memset=N")
+    pc.add_argument("--per-step", help="per recorded step: kernel=N,...")
+    pc.add_argument("--steps", help="recorded ProfilerStep numbers: 3,4")
+    pc.add_argument("--span", default="iter", help="span kernels must link to by External id ('any': any span)")
+    pc.add_argument("--busy", help="NAME:US: kernels named NAME last about US microseconds")
+    pc.add_argument("--slack-us", type=float, default=20.0)
+    ps = sub.add_parser("selftest")
+    ps.add_argument("--out", default="/tmp/gpu-check-selftest")
+    pt = sub.add_parser("torch-workload")
+    pt.add_argument("--mode", choices=["plain", "train"], default="plain")
+    pt.add_argument("--profiler", choices=["none", "none-baseline", "torch"], default="none")
+    pt.add_argument("--iterations", type=int, default=10)
+    pt.add_argument("--warmup", type=int, default=5)
+    pt.add_argument("--start", type=int, default=2)
+    pt.add_argument("--active", type=int, default=3)
+    pt.add_argument("--busy-us", type=int, default=200)
+    pt.add_argument("--elements", type=int, default=1 << 20)
+    pt.add_argument("--out", default="torch-traces")
+    a = p.parse_args(argv)
+    if a.cmd == "all":
+        return cmd_all(a)
+    if a.cmd == "check-trace":
+        return cmd_check_trace(a)
+    if a.cmd == "selftest":
+        return selftest(a.out)
+    if a.cmd == "torch-workload":
+        return torch_workload(a)
+    p.print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

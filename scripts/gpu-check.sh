@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# The real-GPU check of kinetrace (issues 3 and 5, "On a real GPU").
+#
+#   scripts/gpu-check.sh build       here, with cargo: builds gpu/ (the cudarc workload) in release and
+#                                    stages it, the kinetrace CLI and preload shim (if built:
+#                                    target/release/kinetrace, target/release/libkinetrace.so) and the
+#                                    Python checker into target/gpu-check/ (< 64 MiB). Set
+#                                    GPU_CHECK_BUILD_CLI=1 to build the CLI and the shim first.
+#   scripts/gpu-check.sh run [DIR]   there, on an NVIDIA machine with CUDA and PyTorch (no cargo):
+#                                    runs the staged workload, checks its trace, runs the same work
+#                                    and a training loop under torch.profiler (and under
+#                                    `kinetrace record` when the staged CLI has it), prints one summary
+#                                    table; output and logs in DIR (default ./gpu-check-out-TIME).
+#                                    Exit 0 all checks passed, 1 a check failed, 2 no GPU/driver or
+#                                    nothing staged. Finishes in under 8 minutes.
+#
+# The staged folder is self-contained: copy target/gpu-check/ to the GPU machine and run
+# `gpu-check/gpu-check.sh run` there (or run this script from the repository, which finds it).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+MAX_STAGE_BYTES=$((64 * 1024 * 1024))
+
+usage() {
+    sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+}
+
+die() {
+    echo "gpu-check: $*" >&2
+    exit 2
+}
+
+# The staged folder: this script's own folder when it is the staged copy, else the repository's.
+stage_dir() {
+    if [[ -x "$here/bin/kinetrace-gpu-workload" ]]; then
+        echo "$here"
+    else
+        echo "$(cd "$here/.." && pwd)/target/gpu-check"
+    fi
+}
+
+cmd_build() {
+    command -v cargo > /dev/null || die "cargo not found: build on a machine with a Rust toolchain, then copy target/gpu-check/"
+    local root stage
+    root=$(cd "$here/.." && pwd)
+    stage="$root/target/gpu-check"
+    echo "gpu-check: building gpu/ (release)"
+    cargo build --release --manifest-path "$root/gpu/Cargo.toml"
+    if [[ "${GPU_CHECK_BUILD_CLI:-0}" == 1 ]]; then
+        echo "gpu-check: building the kinetrace CLI and preload shim (release)"
+        (cd "$root" && cargo build --release -p kinetrace-cli -p kinetrace-preload)
+    fi
+    rm -rf "$stage"
+    mkdir -p "$stage/bin" "$stage/check" "$stage/kernels"
+    install -m 755 "$root/gpu/target/release/kinetrace-gpu-workload" "$stage/bin/"
+    local f
+    for f in kinetrace libkinetrace.so; do
+        if [[ -f "$root/target/release/$f" ]]; then
+            install -m 755 "$root/target/release/$f" "$stage/bin/"
+            # Release builds keep line tables (profile.release debug = 1): strip to stay small.
+            if command -v strip > /dev/null; then
+                strip --strip-debug "$stage/bin/$f" 2> /dev/null || true
+            fi
+            echo "gpu-check: staged target/release/$f"
+        else
+            echo "gpu-check: target/release/$f not built: not staged (GPU_CHECK_BUILD_CLI=1 builds it)"
+        fi
+    done
+    install -m 644 "$root/gpu/check/gpu_check.py" "$stage/check/"
+    install -m 644 "$root/gpu/kernels/kernels.cu" "$root/gpu/kernels/kernels.ptx" "$stage/kernels/"
+    install -m 755 "$root/scripts/gpu-check.sh" "$stage/gpu-check.sh"
+    {
+        echo "staged: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+        echo "commit: $(git -C "$root" rev-parse --short HEAD 2> /dev/null || echo unknown)$(git -C "$root" diff --quiet 2> /dev/null || echo ' (dirty)')"
+        (cd "$stage" && find . -type f ! -name MANIFEST -printf '%s\t%p\n' | sort -k2)
+    } > "$stage/MANIFEST"
+    if command -v python3 > /dev/null; then
+        python3 "$stage/check/gpu_check.py" selftest --out "$root/target/gpu-check-selftest" > /dev/null \
+            || die "the checker's self-test failed: python3 $stage/check/gpu_check.py selftest"
+        echo "gpu-check: checker self-test passed"
+        # The staged workload on kinetrace's simulated GPU, its trace through the checker: the whole
+        # workload -> trace -> checks path, without a GPU.
+        local sim="$root/target/gpu-check-simulate"
+        rm -rf "$sim"
+        mkdir -p "$sim"
+        "$stage/bin/kinetrace-gpu-workload" --simulate --iterations 5 --out "$sim" > "$sim/workload.json" 2> /dev/null \
+            || die "the staged workload failed in --simulate mode"
+        python3 "$stage/check/gpu_check.py" check-trace "$(ls "$sim"/*.pt.trace.json)" --expect-json "$sim/workload.json" \
+            > "$sim/check.txt" 2>&1 || die "the simulated workload's trace failed the checks: see $sim/check.txt"
+        echo "gpu-check: simulated workload trace passed the checks ($(tail -1 "$sim/check.txt"))"
+    fi
+    local bytes
+    bytes=$(du -sb "$stage" | cut -f1)
+    if ((bytes > MAX_STAGE_BYTES)); then
+        die "staged folder is $bytes bytes, over the 64 MiB limit"
+    fi
+    echo "gpu-check: staged $stage ($bytes bytes, $(du -sh "$stage" | cut -f1))"
+    cat "$stage/MANIFEST"
+}
+
+# Is there a usable NVIDIA driver with a device? One clear line if not.
+gpu_present() {
+    local why="" rc=0
+    python3 - << 'EOF' 2> /dev/null || rc=$?
+import ctypes, sys
+try:
+    cuda = ctypes.CDLL("libcuda.so.1")
+except OSError:
+    sys.exit(1)
+if cuda.cuInit(0) != 0:
+    sys.exit(2)
+n = ctypes.c_int(0)
+if cuda.cuDeviceGetCount(ctypes.byref(n)) != 0 or n.value < 1:
+    sys.exit(3)
+EOF
+    if ((rc != 0)); then
+        case $rc in
+            1) why="libcuda.so.1 cannot be loaded" ;;
+            2) why="cuInit failed" ;;
+            3) why="the driver reports no device" ;;
+            *) why="the driver probe failed" ;;
+        esac
+        if ! command -v nvidia-smi > /dev/null; then
+            why="$why; nvidia-smi not found"
+        fi
+        echo "$why"
+        return 1
+    fi
+    return 0
+}
+
+cmd_run() {
+    local out=${1:-"gpu-check-out-$(date +%Y%m%d-%H%M%S)"}
+    command -v python3 > /dev/null || die "python3 not found"
+    local stage why
+    stage=$(stage_dir)
+    if [[ ! -x "$stage/bin/kinetrace-gpu-workload" ]]; then
+        die "nothing staged in $stage: run 'scripts/gpu-check.sh build' on a machine with cargo first"
+    fi
+    if ! why=$(gpu_present); then
+        echo "gpu-check: no NVIDIA GPU / driver found ($why); nothing was run" >&2
+        exit 2
+    fi
+    mkdir -p "$out"
+    out=$(cd "$out" && pwd)
+    if command -v nvidia-smi > /dev/null; then
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2> /dev/null \
+            | sed 's/^/gpu-check: GPU: /' || true
+    fi
+    echo "gpu-check: staged from $(head -2 "$stage/MANIFEST" 2> /dev/null | tr '\n' ' ')"
+    echo "gpu-check: output in $out"
+    # 470 s for everything (under 8 minutes); the checker budgets its children within it.
+    local rc=0
+    GPU_CHECK_BUDGET_S=${GPU_CHECK_BUDGET_S:-450} timeout --kill-after=10 470 \
+        python3 "$stage/check/gpu_check.py" all --stage "$stage" --out "$out" 2>&1 | tee "$out/summary.txt" || rc=${PIPESTATUS[0]}
+    if ((rc == 124 || rc == 137)); then
+        echo "gpu-check: FAILED: the check ran past 470 s and was stopped (partial output in $out)" | tee -a "$out/summary.txt"
+        exit 1
+    fi
+    exit "$rc"
+}
+
+case "${1:-}" in
+    build)
+        shift
+        cmd_build "$@"
+        ;;
+    run)
+        shift
+        cmd_run "$@"
+        ;;
+    -h | --help | help)
+        usage
+        ;;
+    *)
+        usage >&2
+        exit 2
+        ;;
+esac
