@@ -19,4 +19,4 @@ export KINETRACE_DEMO="$target_dir/release/examples/demo"
 venv="$(scripts/compat-venv.sh)"
 
 # No .pytest_cache in the work tree.
-exec "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/compat "$@"
+exec "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/compat tests/preload "$@"

@@ -43,6 +43,9 @@ pub use kinetrace_export as export;
 
 #[cfg(feature = "cupti")]
 pub use kinetrace_cupti::{CuptiConfig, CuptiSource};
+pub mod config;
+pub mod control;
+pub mod inject;
 #[cfg(feature = "tracing")]
 pub mod layer;
 #[cfg(feature = "tracing")]

@@ -23,6 +23,10 @@ pub enum Command {
     /// Analyse Kineto traces (one file per rank): HolisticTraceAnalysis's numbers, in a fraction
     /// of the time.
     Analyze(AnalyzeArgs),
+    /// Run a command with GPU profiling (no code changes), then list the traces and summarise them.
+    Record(crate::record::RecordArgs),
+    /// Ask running kinetrace-enabled processes to capture now (on-demand profiling).
+    Trigger(crate::trigger::TriggerArgs),
 }
 
 /// The analyses, selectable with `--only`.
@@ -216,7 +220,9 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<AnalyzePlan> {
         let cli = Cli::try_parse_from(args)?;
-        let Command::Analyze(a) = cli.command;
+        let Command::Analyze(a) = cli.command else {
+            panic!("not analyze")
+        };
         a.plan()
     }
 

@@ -5,9 +5,12 @@
 mod analyze;
 mod cli;
 mod csv;
+mod record;
+mod signals;
 mod svg;
 mod table;
 mod text;
+mod trigger;
 
 use std::process::ExitCode;
 
@@ -17,6 +20,8 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let result = match cli.command {
         cli::Command::Analyze(args) => args.plan().and_then(analyze::run_analyze),
+        cli::Command::Record(args) => args.plan().and_then(record::run_record),
+        cli::Command::Trigger(args) => args.plan().and_then(trigger::run_trigger),
     };
     match result {
         Ok(code) => code,

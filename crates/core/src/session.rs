@@ -38,6 +38,117 @@ pub enum Trigger {
     Schedule(Schedule),
     /// Record a span of wall time.
     TimeWindow(TimeWindow),
+    /// Record nothing by itself: only the captures [`Session::request_capture`] asks for.
+    OnDemand,
+}
+
+/// When an on-demand capture starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaptureStart {
+    /// Now: a step capture includes the current step (from now on); a timed one starts at once.
+    Now,
+    /// At the next step boundary (timed captures: now).
+    NextStep,
+    /// At step `n`, or at the next step boundary if `n` is already past.
+    AtStep(u64),
+    /// This long from now.
+    After(Duration),
+}
+
+/// How long an on-demand capture records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaptureLength {
+    /// This many whole steps (at least 1), each a `ProfilerStep#N` annotation.
+    Steps(u32),
+    /// This much wall time.
+    Duration(Duration),
+}
+
+/// Called once when an on-demand capture ends: the trace written, or why there is none.
+pub type CaptureDone = Box<dyn FnOnce(Result<TraceOutput, String>) + Send>;
+
+/// An on-demand capture for a live session (see [`Session::request_capture`]).
+pub struct CaptureRequest {
+    /// When it starts.
+    pub start: CaptureStart,
+    /// How long it lasts.
+    pub length: CaptureLength,
+    /// Where its trace goes, instead of the session's own sinks.
+    pub sinks: Option<Box<dyn SinkFactory>>,
+    /// Told the outcome when the capture ends.
+    pub on_done: Option<CaptureDone>,
+}
+
+impl CaptureRequest {
+    /// A capture of `length` starting at `start`, written by the session's own sinks.
+    pub fn new(start: CaptureStart, length: CaptureLength) -> Self {
+        CaptureRequest {
+            start,
+            length,
+            sinks: None,
+            on_done: None,
+        }
+    }
+}
+
+/// What an accepted capture will record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CapturePlan {
+    /// Steps `first..=last`.
+    Steps {
+        /// The first recorded step.
+        first: u64,
+        /// The last recorded step.
+        last: u64,
+    },
+    /// `duration` of wall time starting `delay` from the request.
+    Time {
+        /// From the request to the start of recording.
+        delay: Duration,
+        /// Length of the recording.
+        duration: Duration,
+    },
+}
+
+/// Why a capture request was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CaptureRefused {
+    /// A capture is already in progress or pending; the text says which.
+    Busy(String),
+    /// The session stepped aside for another profiler (the reason).
+    SteppedAside(String),
+    /// The session is stopping.
+    Stopped,
+    /// The request itself is invalid (zero steps or duration).
+    Invalid(String),
+}
+
+impl std::fmt::Display for CaptureRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CaptureRefused::Busy(what) => write!(f, "busy: {what}"),
+            CaptureRefused::SteppedAside(why) => write!(f, "profiling is off: {why}"),
+            CaptureRefused::Stopped => write!(f, "the profiler is stopping"),
+            CaptureRefused::Invalid(why) => write!(f, "invalid request: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for CaptureRefused {}
+
+/// A snapshot of a session, for status reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionStatus {
+    /// The current step number.
+    pub step_num: u64,
+    /// The current action.
+    pub action: ProfilerAction,
+    /// The on-demand capture pending or in progress.
+    pub capture: Option<CapturePlan>,
+    /// Traces written so far.
+    pub traces: usize,
+    /// Why the session stepped aside, if it did.
+    pub stepped_aside: Option<String>,
 }
 
 /// Called with each finished trace.
@@ -64,6 +175,8 @@ pub struct SessionConfig {
     pub metadata: Vec<(String, String)>,
     /// Message sink (default: one line on stderr prefixed `kinetrace: `).
     pub log: LogFn,
+    /// The step number the session starts at (steps the process took before profiling began).
+    pub first_step: u64,
 }
 
 impl Default for SessionConfig {
@@ -77,6 +190,7 @@ impl Default for SessionConfig {
             world_size: None,
             metadata: Vec::new(),
             log: Arc::new(|m| eprintln!("kinetrace: {m}")),
+            first_step: 0,
         }
     }
 }
@@ -105,6 +219,8 @@ impl std::error::Error for SessionError {}
 pub struct Session {
     shared: Arc<Shared>,
     collector: Option<JoinHandle<()>>,
+    /// Set once `SESSION_LIVE` is given back.
+    released: bool,
 }
 
 struct Shared {
@@ -153,6 +269,24 @@ struct State {
     started: Instant,
     outputs: Vec<TraceOutput>,
     shutdown: bool,
+    /// The on-demand capture pending or in progress.
+    request: Option<ActiveRequest>,
+    /// The outcome of the last `TraceReady` (or of a sink that could not open).
+    last_result: Option<Result<TraceOutput, String>>,
+    /// Set by [`Session::step_aside`]: nothing is recorded any more.
+    stepped_aside: Option<String>,
+}
+
+enum RequestKind {
+    Steps(Schedule),
+    Time(TimeWindow, Instant),
+}
+
+struct ActiveRequest {
+    kind: RequestKind,
+    plan: CapturePlan,
+    sinks: Option<Box<dyn SinkFactory>>,
+    on_done: Option<CaptureDone>,
 }
 
 impl Session {
@@ -175,6 +309,7 @@ impl Session {
         let interval = config.collect_interval;
         let n_sources = sources.len();
         let record_steps = matches!(config.trigger, Trigger::Schedule(_));
+        let step_num = config.first_step;
         let mut state = State {
             config,
             sources,
@@ -182,7 +317,7 @@ impl Session {
             sinks,
             on_trace_ready,
             action: ProfilerAction::None,
-            step_num: 0,
+            step_num,
             cycle: 0,
             window: None,
             stopped: None,
@@ -193,6 +328,9 @@ impl Session {
             started: Instant::now(),
             outputs: Vec::new(),
             shutdown: false,
+            request: None,
+            last_result: None,
+            stepped_aside: None,
         };
         let first = state.target_action(Duration::ZERO);
         state.transition(first);
@@ -211,7 +349,11 @@ impl Session {
                 "could not start the collector thread; events are collected at each step only",
             );
         }
-        Ok(Session { shared, collector })
+        Ok(Session {
+            shared,
+            collector,
+            released: false,
+        })
     }
 
     /// Marks a step boundary (a training iteration): closes `ProfilerStep#N`, advances the schedule and
@@ -221,11 +363,142 @@ impl Session {
         s.close_step_span();
         s.step_num += 1;
         s.record_steps = true;
-        if let Trigger::Schedule(_) = s.config.trigger {
+        if s.step_driven() {
             let next = s.target_action(Duration::ZERO);
             s.transition(next);
         }
+        s.settle_request();
         s.open_step_span();
+    }
+
+    /// Asks a live session for a capture now (on-demand profiling). Refused while another capture
+    /// is pending or in progress, in [`Trigger::Always`] sessions (always recording), after
+    /// [`step_aside`](Self::step_aside) and while stopping. A step capture records whole steps, each
+    /// a `ProfilerStep#N` annotation; the trace goes to the request's sinks if it has some.
+    pub fn request_capture(&self, request: CaptureRequest) -> Result<CapturePlan, CaptureRefused> {
+        let mut s = lock(&self.shared);
+        if s.shutdown {
+            return Err(CaptureRefused::Stopped);
+        }
+        if let Some(why) = &s.stepped_aside {
+            return Err(CaptureRefused::SteppedAside(why.clone()));
+        }
+        if let Some(r) = &s.request {
+            return Err(CaptureRefused::Busy(format!(
+                "a capture is already pending or in progress ({})",
+                describe_plan(&r.plan)
+            )));
+        }
+        if s.action != ProfilerAction::None || s.window.is_some() {
+            let what = match s.config.trigger {
+                Trigger::Always => "this session records the whole run".to_string(),
+                _ => format!("recording (step {}, {})", s.step_num, s.action.as_str()),
+            };
+            return Err(CaptureRefused::Busy(what));
+        }
+        let step = s.step_num;
+        let (kind, plan) = match request.length {
+            CaptureLength::Steps(0) => return Err(CaptureRefused::Invalid("0 steps".into())),
+            CaptureLength::Duration(d) if d.is_zero() => {
+                return Err(CaptureRefused::Invalid("a zero duration".into()))
+            }
+            CaptureLength::Steps(n) => {
+                let first = match request.start {
+                    CaptureStart::Now => step,
+                    CaptureStart::NextStep | CaptureStart::After(_) => step + 1,
+                    CaptureStart::AtStep(at) => at.max(step + 1),
+                };
+                let last = first.saturating_add(u64::from(n) - 1);
+                let schedule = Schedule::step_range(first, last)
+                    .map_err(|e| CaptureRefused::Invalid(e.to_string()))?;
+                (
+                    RequestKind::Steps(schedule),
+                    CapturePlan::Steps { first, last },
+                )
+            }
+            CaptureLength::Duration(duration) => {
+                let delay = match request.start {
+                    CaptureStart::After(d) => d,
+                    _ => Duration::ZERO,
+                };
+                let window = TimeWindow::new(delay, duration)
+                    .map_err(|e| CaptureRefused::Invalid(e.to_string()))?;
+                (
+                    RequestKind::Time(window, Instant::now()),
+                    CapturePlan::Time { delay, duration },
+                )
+            }
+        };
+        if matches!(kind, RequestKind::Steps(_)) {
+            s.record_steps = true;
+        }
+        s.request = Some(ActiveRequest {
+            kind,
+            plan,
+            sinks: request.sinks,
+            on_done: request.on_done,
+        });
+        s.last_result = None;
+        let next = s.target_action(s.started.elapsed());
+        if next != s.action {
+            s.close_step_span();
+            s.transition(next);
+            s.open_step_span();
+        }
+        drop(s);
+        self.shared.wake.notify_all();
+        Ok(plan)
+    }
+
+    /// Adds a source to the live session (a GPU backend that became available after the session
+    /// started, e.g. when CUDA initialises). It is enabled at once if a capture is open.
+    pub fn add_source(&self, mut source: Box<dyn ActivitySource>) {
+        let mut s = lock(&self.shared);
+        let mut failed = false;
+        if s.window.is_some() && s.stepped_aside.is_none() {
+            if let Err(e) = source.enable(s.config.activities) {
+                failed = true;
+                s.log(&format!("{e}; recording continues without it"));
+            }
+        }
+        s.sources.push(source);
+        s.source_failed.push(failed);
+    }
+
+    /// Steps aside for another profiler: a capture in progress ends now and is saved, a pending
+    /// one is cancelled, the sources are never enabled again and nothing more is recorded.
+    pub fn step_aside(&self, reason: &str) {
+        let mut s = lock(&self.shared);
+        if s.stepped_aside.is_some() || s.shutdown {
+            return;
+        }
+        s.stepped_aside = Some(reason.to_string());
+        s.end_capture();
+        s.finish_request(&format!("cancelled: {reason}"));
+    }
+
+    /// A snapshot for status reports.
+    pub fn status(&self) -> SessionStatus {
+        let s = lock(&self.shared);
+        SessionStatus {
+            step_num: s.step_num,
+            action: s.action,
+            capture: s.request.as_ref().map(|r| r.plan),
+            traces: s.outputs.len(),
+            stepped_aside: s.stepped_aside.clone(),
+        }
+    }
+
+    /// Ends the session without joining its collector thread, for use at process exit: a capture in
+    /// progress is saved (one in warm-up discarded), nothing is recorded afterwards. Returns every
+    /// trace written. Dropping the session afterwards is still allowed.
+    pub fn close(&self) -> Vec<TraceOutput> {
+        {
+            let mut s = lock(&self.shared);
+            s.close();
+        }
+        self.shared.wake.notify_all();
+        lock(&self.shared).outputs.clone()
     }
 
     /// The current step number (0 before the first [`step`](Self::step)).
@@ -251,24 +524,15 @@ impl Session {
     }
 
     fn shutdown(&mut self) {
-        {
-            let mut s = lock(&self.shared);
-            if s.shutdown {
-                return;
-            }
-            s.shutdown = true;
-            s.close_step_span();
-            let exit = commands_on_exit(s.action);
-            s.run(exit);
-            s.action = ProfilerAction::None;
-            // A window still open here (WARMUP exit) is discarded.
-            s.discard_open_windows();
-            recorder::set_active(false);
+        if self.released {
+            return;
         }
+        lock(&self.shared).close();
         self.shared.wake.notify_all();
         if let Some(h) = self.collector.take() {
             let _ = h.join();
         }
+        self.released = true;
         SESSION_LIVE.store(false, Ordering::Release);
     }
 }
@@ -289,13 +553,14 @@ fn collector_loop(shared: &Shared, interval: Duration) {
         if s.shutdown {
             return;
         }
-        if let Trigger::TimeWindow(_) = s.config.trigger {
+        if s.time_driven() {
             let next = s.target_action(s.started.elapsed());
             if next != s.action {
                 s.close_step_span();
                 s.transition(next);
                 s.open_step_span();
             }
+            s.settle_request();
         }
         s.collect(false);
         s = shared
@@ -312,10 +577,91 @@ impl State {
     }
 
     fn target_action(&self, elapsed: Duration) -> ProfilerAction {
+        if self.stepped_aside.is_some() {
+            return ProfilerAction::None;
+        }
+        match &self.request {
+            Some(ActiveRequest {
+                kind: RequestKind::Steps(s),
+                ..
+            }) => return s.action(self.step_num),
+            Some(ActiveRequest {
+                kind: RequestKind::Time(w, t0),
+                ..
+            }) => return w.action_at(t0.elapsed()),
+            None => {}
+        }
         match self.config.trigger {
             Trigger::Always => ProfilerAction::Record,
             Trigger::Schedule(s) => s.action(self.step_num),
             Trigger::TimeWindow(w) => w.action_at(elapsed),
+            Trigger::OnDemand => ProfilerAction::None,
+        }
+    }
+
+    /// Whether `step()` moves the action: a step request, or a schedule when no request is active.
+    fn step_driven(&self) -> bool {
+        match &self.request {
+            Some(r) => matches!(r.kind, RequestKind::Steps(_)),
+            None => matches!(self.config.trigger, Trigger::Schedule(_)),
+        }
+    }
+
+    /// Whether the collector moves the action as time passes.
+    fn time_driven(&self) -> bool {
+        match &self.request {
+            Some(r) => matches!(r.kind, RequestKind::Time(..)),
+            None => matches!(self.config.trigger, Trigger::TimeWindow(_)),
+        }
+    }
+
+    /// Ends the on-demand capture once its window has passed, telling the requester the outcome.
+    fn settle_request(&mut self) {
+        let finished = match &self.request {
+            None => return,
+            Some(r) => match &r.kind {
+                RequestKind::Steps(s) => s
+                    .last_active_step()
+                    .is_some_and(|last| self.step_num > last),
+                RequestKind::Time(w, t0) => w.end().is_some_and(|end| t0.elapsed() >= end),
+            },
+        };
+        if finished && self.action == ProfilerAction::None {
+            self.finish_request("nothing was recorded");
+        }
+    }
+
+    /// Ends a capture in progress now (saving it; a warm-up is discarded) and goes idle.
+    fn end_capture(&mut self) {
+        self.close_step_span();
+        let exit = commands_on_exit(self.action);
+        self.run(exit);
+        self.action = ProfilerAction::None;
+        // A window still open here (WARMUP exit) is discarded.
+        self.discard_open_windows();
+        recorder::set_active(false);
+    }
+
+    /// Shuts the session down (idempotent): saves a capture in progress, tells a pending request.
+    fn close(&mut self) {
+        if self.shutdown {
+            return;
+        }
+        self.shutdown = true;
+        self.end_capture();
+        self.finish_request("the profiler stopped before the capture recorded anything");
+    }
+
+    /// Ends the pending request now, telling it the last trace written or `fallback`.
+    fn finish_request(&mut self, fallback: &str) {
+        if let Some(r) = self.request.take() {
+            let result = self
+                .last_result
+                .take()
+                .unwrap_or_else(|| Err(fallback.to_string()));
+            if let Some(done) = r.on_done {
+                done(result);
+            }
         }
     }
 
@@ -357,7 +703,12 @@ impl State {
         self.collect(true);
         let activities = self.config.activities;
         let mut failures = Vec::new();
+        let stepped_aside = self.stepped_aside.is_some();
         for (i, src) in self.sources.iter_mut().enumerate() {
+            if stepped_aside {
+                self.source_failed[i] = true;
+                continue;
+            }
             match src.enable(activities) {
                 Ok(()) => self.source_failed[i] = false,
                 Err(e) => {
@@ -388,13 +739,18 @@ impl State {
         }
         // Warm-up events end here.
         self.collect(true);
-        let sink = match self.sinks.open(self.cycle) {
+        let cycle = self.cycle;
+        let opened = match self.request.as_mut().and_then(|r| r.sinks.as_mut()) {
+            Some(sinks) => sinks.open(cycle),
+            None => self.sinks.open(cycle),
+        };
+        let sink = match opened {
             Ok(s) => Some(s),
             Err(e) => {
                 self.log(&format!(
-                    "cannot open the trace output for cycle {}: {e}; this cycle is not recorded",
-                    self.cycle
+                    "cannot open the trace output for cycle {cycle}: {e}; this cycle is not recorded"
                 ));
+                self.last_result = Some(Err(format!("cannot open the trace output: {e}")));
                 None
             }
         };
@@ -445,6 +801,7 @@ impl State {
         };
         if let Some(e) = &w.write_error {
             self.log(&format!("trace for cycle {cycle} not written: {e}"));
+            self.last_result = Some(Err(format!("trace not written: {e}")));
             sink.discard();
             return;
         }
@@ -504,9 +861,13 @@ impl State {
                         self.log("the on_trace_ready callback panicked; continuing");
                     }
                 }
+                self.last_result = Some(Ok(out.clone()));
                 self.outputs.push(out);
             }
-            Err(e) => self.log(&format!("trace for cycle {cycle} not written: {e}")),
+            Err(e) => {
+                self.log(&format!("trace for cycle {cycle} not written: {e}"));
+                self.last_result = Some(Err(format!("trace not written: {e}")));
+            }
         }
     }
 
@@ -664,6 +1025,19 @@ impl State {
     }
 }
 
+fn describe_plan(plan: &CapturePlan) -> String {
+    match plan {
+        CapturePlan::Steps { first, last } => format!("steps {first}..={last}"),
+        CapturePlan::Time { delay, duration } => {
+            format!(
+                "{} ms after a delay of {} ms",
+                duration.as_millis(),
+                delay.as_millis()
+            )
+        }
+    }
+}
+
 fn span_activity(
     name: crate::intern::NameId,
     annotation: bool,
@@ -722,4 +1096,265 @@ pub fn process_name() -> String {
                 .map(|f| f.to_string_lossy().into_owned())
         })
         .unwrap_or_else(|| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::activity::Detail;
+    use std::sync::mpsc;
+
+    /// Sessions are process-wide: these tests take turns (and wait for other modules' sessions).
+    static TURN: Mutex<()> = Mutex::new(());
+
+    type Traces = Arc<Mutex<Vec<Vec<String>>>>;
+
+    struct StepSink {
+        steps: Vec<String>,
+        out: Traces,
+    }
+
+    impl Sink for StepSink {
+        fn record(&mut self, a: &Activity) -> std::io::Result<()> {
+            if let Detail::UserAnnotation(span) = &a.detail {
+                let name = crate::intern::resolve(span.name).to_string();
+                if name.starts_with("ProfilerStep#") {
+                    self.steps.push(name);
+                }
+            }
+            Ok(())
+        }
+        fn finish(self: Box<Self>, meta: &TraceMeta) -> std::io::Result<TraceOutput> {
+            let mut steps = self.steps;
+            steps.sort_by_key(|s| s[13..].parse::<u64>().unwrap_or(0));
+            let events = steps.len() as u64;
+            self.out.lock().unwrap().push(steps);
+            Ok(TraceOutput {
+                path: None,
+                events,
+                cycle: meta.cycle,
+            })
+        }
+    }
+
+    fn sinks(out: &Traces) -> Box<dyn SinkFactory> {
+        let out = out.clone();
+        Box::new(move |_cycle: u32| -> std::io::Result<Box<dyn Sink>> {
+            Ok(Box::new(StepSink {
+                steps: Vec::new(),
+                out: out.clone(),
+            }))
+        })
+    }
+
+    fn start(trigger: Trigger, first_step: u64, out: &Traces) -> Session {
+        loop {
+            let config = SessionConfig {
+                trigger,
+                first_step,
+                log: Arc::new(|_| {}),
+                ..SessionConfig::default()
+            };
+            match Session::start(config, Vec::new(), sinks(out), None) {
+                Ok(s) => return s,
+                Err(SessionError::AlreadyRunning) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    }
+
+    fn steps(v: &[u64]) -> Vec<String> {
+        v.iter().map(|n| format!("ProfilerStep#{n}")).collect()
+    }
+
+    fn with_done(
+        mut r: CaptureRequest,
+    ) -> (CaptureRequest, mpsc::Receiver<Result<TraceOutput, String>>) {
+        let (tx, rx) = mpsc::channel();
+        r.on_done = Some(Box::new(move |res| {
+            let _ = tx.send(res);
+        }));
+        (r, rx)
+    }
+
+    #[test]
+    fn on_demand_step_capture_records_exactly_the_requested_steps() {
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let out = Traces::default();
+        let session = start(Trigger::OnDemand, 0, &out);
+        for _ in 0..5 {
+            session.step();
+        }
+        assert_eq!(session.action(), ProfilerAction::None);
+        let (req, done) = with_done(CaptureRequest::new(
+            CaptureStart::NextStep,
+            CaptureLength::Steps(3),
+        ));
+        let plan = session.request_capture(req).unwrap();
+        assert_eq!(plan, CapturePlan::Steps { first: 6, last: 8 });
+        // A second request while one is pending is refused and says why.
+        let again = session.request_capture(CaptureRequest::new(
+            CaptureStart::NextStep,
+            CaptureLength::Steps(1),
+        ));
+        assert!(
+            matches!(&again, Err(CaptureRefused::Busy(m)) if m.contains("steps 6..=8")),
+            "{again:?}"
+        );
+        for _ in 0..3 {
+            session.step();
+            assert!(done.try_recv().is_err(), "done too early");
+        }
+        session.step(); // leaves step 8
+        let result = done.try_recv().expect("told when the capture ended");
+        assert_eq!(result.unwrap().events, 3);
+        assert_eq!(*out.lock().unwrap(), vec![steps(&[6, 7, 8])]);
+        // Idle again: a new request is accepted.
+        let plan = session
+            .request_capture(CaptureRequest::new(
+                CaptureStart::AtStep(2),
+                CaptureLength::Steps(1),
+            ))
+            .unwrap();
+        assert_eq!(
+            plan,
+            CapturePlan::Steps {
+                first: 10,
+                last: 10
+            },
+            "a past step means the next one"
+        );
+        drop(session);
+    }
+
+    #[test]
+    fn capture_now_includes_the_current_step_and_first_step_is_honoured() {
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let out = Traces::default();
+        let session = start(Trigger::OnDemand, 40, &out);
+        assert_eq!(session.step_num(), 40);
+        let plan = session
+            .request_capture(CaptureRequest::new(
+                CaptureStart::Now,
+                CaptureLength::Steps(2),
+            ))
+            .unwrap();
+        assert_eq!(
+            plan,
+            CapturePlan::Steps {
+                first: 40,
+                last: 41
+            }
+        );
+        assert_eq!(session.action(), ProfilerAction::Record);
+        for _ in 0..4 {
+            session.step();
+        }
+        assert_eq!(session.stop().len(), 1);
+        assert_eq!(*out.lock().unwrap(), vec![steps(&[40, 41])]);
+    }
+
+    #[test]
+    fn timed_capture_ends_by_itself_and_uses_the_request_sinks() {
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let own = Traces::default();
+        let theirs = Traces::default();
+        let session = start(Trigger::OnDemand, 0, &own);
+        let mut req = CaptureRequest::new(
+            CaptureStart::NextStep,
+            CaptureLength::Duration(Duration::from_millis(60)),
+        );
+        req.sinks = Some(sinks(&theirs));
+        let (req, done) = with_done(req);
+        session.request_capture(req).unwrap();
+        assert!(session.action().is_recording());
+        session.step();
+        let result = done
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the collector ends the window");
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(session.action(), ProfilerAction::None);
+        assert!(own.lock().unwrap().is_empty());
+        assert_eq!(theirs.lock().unwrap().len(), 1);
+        assert_eq!(session.status().capture, None);
+    }
+
+    #[test]
+    fn always_sessions_refuse_and_zero_lengths_are_invalid() {
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let out = Traces::default();
+        let session = start(Trigger::Always, 0, &out);
+        let r = session.request_capture(CaptureRequest::new(
+            CaptureStart::Now,
+            CaptureLength::Steps(1),
+        ));
+        assert!(
+            matches!(&r, Err(CaptureRefused::Busy(m)) if m.contains("whole run")),
+            "{r:?}"
+        );
+        drop(session);
+        let session = start(Trigger::OnDemand, 0, &out);
+        let r = session.request_capture(CaptureRequest::new(
+            CaptureStart::Now,
+            CaptureLength::Steps(0),
+        ));
+        assert!(matches!(r, Err(CaptureRefused::Invalid(_))));
+        let r = session.request_capture(CaptureRequest::new(
+            CaptureStart::Now,
+            CaptureLength::Duration(Duration::ZERO),
+        ));
+        assert!(matches!(r, Err(CaptureRefused::Invalid(_))));
+    }
+
+    #[test]
+    fn stepping_aside_saves_the_partial_capture_and_refuses_more() {
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let out = Traces::default();
+        let session = start(Trigger::OnDemand, 0, &out);
+        let (req, done) = with_done(CaptureRequest::new(
+            CaptureStart::Now,
+            CaptureLength::Steps(5),
+        ));
+        session.request_capture(req).unwrap();
+        session.step();
+        session.step_aside("torch.profiler took over CUPTI");
+        assert!(
+            done.try_recv().unwrap().is_ok(),
+            "the partial capture is saved"
+        );
+        assert_eq!(*out.lock().unwrap(), vec![steps(&[0, 1])]);
+        assert_eq!(session.action(), ProfilerAction::None);
+        let r = session.request_capture(CaptureRequest::new(
+            CaptureStart::Now,
+            CaptureLength::Steps(1),
+        ));
+        assert!(matches!(&r, Err(CaptureRefused::SteppedAside(m)) if m.contains("torch.profiler")));
+        assert!(session.status().stepped_aside.is_some());
+    }
+
+    #[test]
+    fn close_saves_the_capture_in_progress_and_drop_after_close_is_fine() {
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let out = Traces::default();
+        let session = start(Trigger::OnDemand, 0, &out);
+        let (req, done) = with_done(CaptureRequest::new(
+            CaptureStart::Now,
+            CaptureLength::Steps(10),
+        ));
+        session.request_capture(req).unwrap();
+        session.step();
+        let written = session.close();
+        assert_eq!(written.len(), 1);
+        assert!(done.try_recv().unwrap().is_ok());
+        assert_eq!(
+            session.request_capture(CaptureRequest::new(
+                CaptureStart::Now,
+                CaptureLength::Steps(1)
+            )),
+            Err(CaptureRefused::Stopped)
+        );
+        drop(session);
+        // The process-wide slot was given back.
+        let again = start(Trigger::OnDemand, 0, &out);
+        drop(again);
+    }
 }

@@ -1,0 +1,605 @@
+//! `kinetrace record [options] -- COMMAND...`: run a command with the shim preloaded, then list the
+//! traces and print a short summary. Stages: arguments → a plain [`RecordPlan`] (the child's
+//! environment, validated against the config key table) → launch → wait (signals forwarded) → list
+//! → summary → exit with the command's code.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use kinetrace::config::{Config, WINDOW_ENV_KEYS};
+
+/// The Python module and `sitecustomize` put on `PYTHONPATH` (written to a temporary directory).
+const PY_INIT: &str = include_str!("../../../python/kinetrace/__init__.py");
+const PY_SITE: &str = include_str!("../../../python/sitecustomize.py");
+
+pub const RECORD_AFTER_HELP: &str = "\
+WINDOWS (one at a time; the default records the whole run, like nsys):
+  --iterations N [--start-iteration I]   N iterations (optimizer steps) from iteration I
+  --steps FIRST-LAST                      exactly those steps
+  --duration 2s [--delay 30s]             wall time, after a delay
+  --schedule wait=1,warmup=1,active=2     a torch.profiler.schedule
+  --on-demand                             nothing until `kinetrace trigger` asks
+
+Every process of the command's tree gets the shim; those that never initialise CUDA or report a
+step stay dormant and write nothing. Each profiled process writes its own trace, named by host and
+pid. Every option is also a KINETRACE_* variable (docs/config.md); a KINETO_CONFIG file is honoured.
+
+EXAMPLES:
+  kinetrace record -- python train.py
+  kinetrace record --iterations 3 --start-iteration 10 -- torchrun --nproc-per-node 8 train.py
+  kinetrace record --duration 2s --delay 30s --ranks 0,8 --gzip -- ./launch.sh
+  kinetrace record --on-demand -o traces -- python serve.py   (then: kinetrace trigger --all --iterations 3)";
+
+/// `kinetrace record`.
+#[derive(Debug, Args)]
+#[command(after_help = RECORD_AFTER_HELP)]
+pub struct RecordArgs {
+    /// Trace root (default: ./kinetrace-traces/<command>-<time>/).
+    #[arg(short, long, value_name = "DIR")]
+    pub output: Option<PathBuf>,
+    /// Record N iterations (optimizer steps or kinetrace.step() calls).
+    #[arg(long, value_name = "N", group = "window")]
+    pub iterations: Option<String>,
+    /// The first iteration of --iterations (default 0).
+    #[arg(long, value_name = "I", requires = "iterations")]
+    pub start_iteration: Option<String>,
+    /// Record steps FIRST to LAST inclusive.
+    #[arg(long, value_name = "FIRST-LAST", group = "window")]
+    pub steps: Option<String>,
+    /// Record this much wall time (500ms, 2s, 1m).
+    #[arg(long, value_name = "TIME", group = "window")]
+    pub duration: Option<String>,
+    /// Wait this long before --duration starts.
+    #[arg(long, value_name = "TIME", requires = "duration")]
+    pub delay: Option<String>,
+    /// A torch.profiler.schedule: wait=N,warmup=N,active=N[,repeat=N,skip_first=N].
+    #[arg(long, value_name = "SPEC", group = "window")]
+    pub schedule: Option<String>,
+    /// Record nothing until `kinetrace trigger` asks.
+    #[arg(long, group = "window")]
+    pub on_demand: bool,
+    /// Only these ranks profile (RANK, else LOCAL_RANK, else 0), e.g. 0,8 or 0-3.
+    #[arg(long, value_name = "LIST")]
+    pub ranks: Option<String>,
+    /// Also record allocations and frees.
+    #[arg(long)]
+    pub memory: bool,
+    /// Write .pt.trace.json.gz.
+    #[arg(long)]
+    pub gzip: bool,
+    /// Which records to keep (Kineto names, comma-separated).
+    #[arg(long, value_name = "LIST")]
+    pub activities: Option<String>,
+    /// Also capture on SIGUSR2: a duration (500ms) or a step count (3steps).
+    #[arg(long, value_name = "WHAT")]
+    pub signal: Option<String>,
+    /// Do not listen for `kinetrace trigger`.
+    #[arg(long)]
+    pub no_control: bool,
+    /// Do not install the PyTorch optimizer step hook (for jobs that call kinetrace.step()).
+    #[arg(long)]
+    pub no_optimizer_hook: bool,
+    /// Write the profiled processes' messages to this file instead of stderr.
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// Do not print the analysis summary at the end.
+    #[arg(long)]
+    pub no_summary: bool,
+    /// The command to run, after `--`.
+    #[arg(required = true, last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+/// A validated `record` invocation.
+#[derive(Debug, Clone)]
+pub struct RecordPlan {
+    /// The program and its arguments.
+    pub command: Vec<OsString>,
+    /// Variables to set in the child.
+    pub set: Vec<(String, OsString)>,
+    /// Variables to remove from the child.
+    pub remove: Vec<String>,
+    /// The trace root.
+    pub run_dir: PathBuf,
+    /// Why profiling is off (the command still runs, untouched).
+    pub disabled: Option<String>,
+    /// The shim.
+    pub shim: Option<PathBuf>,
+    /// Print the summary.
+    pub summary: bool,
+}
+
+impl RecordArgs {
+    /// The child's environment, checked against the key table with the parent's environment.
+    pub fn plan(self) -> Result<RecordPlan> {
+        let inherited: Vec<(String, String)> = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect();
+        self.plan_with(&inherited, find_shim(), std::env::current_dir()?)
+    }
+
+    /// [`plan`](Self::plan) with the environment, shim and working directory given (tests).
+    pub fn plan_with(
+        self,
+        inherited: &[(String, String)],
+        shim: Result<PathBuf>,
+        cwd: PathBuf,
+    ) -> Result<RecordPlan> {
+        let Some(program) = self.command.first() else {
+            bail!(
+                "give the command to record after `--`, e.g. kinetrace record -- python train.py"
+            );
+        };
+        let mut set: Vec<(String, String)> = Vec::new();
+        let mut remove: Vec<String> = Vec::new();
+        let window = |k: &str, v: &Option<String>, set: &mut Vec<(String, String)>| {
+            if let Some(v) = v {
+                set.push((k.to_string(), v.clone()));
+            }
+        };
+        window("KINETRACE_ITERATIONS", &self.iterations, &mut set);
+        window("KINETRACE_START_ITERATION", &self.start_iteration, &mut set);
+        window("KINETRACE_STEPS", &self.steps, &mut set);
+        window("KINETRACE_DURATION", &self.duration, &mut set);
+        window("KINETRACE_DELAY", &self.delay, &mut set);
+        window("KINETRACE_SCHEDULE", &self.schedule, &mut set);
+        let chose_window = !set.is_empty() || self.on_demand;
+        if chose_window {
+            // The command line's window replaces any window from the environment.
+            remove.extend(WINDOW_ENV_KEYS.iter().map(|k| k.to_string()));
+        }
+        let mut opt = |k: &str, v: Option<String>| {
+            if let Some(v) = v {
+                set.push((k.to_string(), v));
+            }
+        };
+        opt("KINETRACE_RANKS", self.ranks);
+        opt("KINETRACE_ACTIVITIES", self.activities);
+        opt("KINETRACE_SIGNAL", self.signal);
+        opt("KINETRACE_MEMORY", self.memory.then(|| "1".into()));
+        opt("KINETRACE_GZIP", self.gzip.then(|| "1".into()));
+        opt("KINETRACE_CONTROL", self.no_control.then(|| "0".into()));
+        opt(
+            "KINETRACE_OPTIMIZER_HOOK",
+            self.no_optimizer_hook.then(|| "0".into()),
+        );
+        opt(
+            "KINETRACE_LOG",
+            self.log.map(|p| abs(&cwd, &p).display().to_string()),
+        );
+        let run_dir = match self.output {
+            Some(d) => abs(&cwd, &d),
+            None => cwd.join("kinetrace-traces").join(default_run_name(program)),
+        };
+        set.push(("KINETRACE_OUTPUT_DIR".into(), run_dir.display().to_string()));
+
+        // What the child will see, checked now with the profiler's own table.
+        let mut child: Vec<(String, String)> = inherited
+            .iter()
+            .filter(|(k, _)| !remove.contains(k))
+            .filter(|(k, _)| !set.iter().any(|(s, _)| s == k))
+            .cloned()
+            .collect();
+        child.extend(set.iter().cloned());
+        let mut disabled = None;
+        match Config::from_vars(&child, |p| std::fs::read_to_string(p)) {
+            Ok(c) if c.window == kinetrace::config::Window::OnDemand && !chose_window => {
+                set.push(("KINETRACE_WHOLE_RUN".into(), "1".into()));
+            }
+            Ok(_) => {}
+            Err(e) => disabled = Some(e.to_string()),
+        }
+        let shim = match shim {
+            Ok(s) => Some(s),
+            Err(e) => {
+                disabled.get_or_insert_with(|| format!("{e:#}"));
+                None
+            }
+        };
+        Ok(RecordPlan {
+            command: self.command,
+            set: set.into_iter().map(|(k, v)| (k, v.into())).collect(),
+            remove,
+            run_dir,
+            disabled,
+            shim,
+            summary: !self.no_summary,
+        })
+    }
+}
+
+fn abs(cwd: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        cwd.join(p)
+    }
+}
+
+/// `<command>-<UTC yyyymmdd-hhmmss>`.
+fn default_run_name(program: &OsString) -> String {
+    let name = Path::new(program)
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "run".into());
+    let name: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    format!("{name}-{}", utc_stamp(secs))
+}
+
+/// `yyyymmdd-hhmmss` for Unix seconds (civil-from-days, proleptic Gregorian).
+pub fn utc_stamp(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// The shim: `KINETRACE_PRELOAD_PATH`, else next to this executable, else `../lib[/kinetrace]/`.
+fn find_shim() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("KINETRACE_PRELOAD_PATH") {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+        bail!(
+            "KINETRACE_PRELOAD_PATH names {}, which does not exist",
+            p.display()
+        );
+    }
+    let exe = std::env::current_exe().context("cannot locate the kinetrace executable")?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    for c in [
+        dir.join("libkinetrace.so"),
+        dir.join("../lib/libkinetrace.so"),
+        dir.join("../lib/kinetrace/libkinetrace.so"),
+    ] {
+        if c.is_file() {
+            return Ok(c.canonicalize().unwrap_or(c));
+        }
+    }
+    bail!(
+        "cannot find libkinetrace.so next to {} (build it with `cargo build -p kinetrace-preload`, or set KINETRACE_PRELOAD_PATH)",
+        exe.display()
+    )
+}
+
+/// Runs the plan; exits with the command's status.
+pub fn run_record(plan: RecordPlan) -> Result<ExitCode> {
+    let mut cmd = Command::new(&plan.command[0]);
+    cmd.args(&plan.command[1..]);
+    let py_dir = tempdir_for_python()?;
+    if let (None, Some(shim)) = (&plan.disabled, &plan.shim) {
+        for k in &plan.remove {
+            cmd.env_remove(k);
+        }
+        for (k, v) in &plan.set {
+            cmd.env(k, v);
+        }
+        let preload = match std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+            Some(old) => {
+                let mut v = shim.clone().into_os_string();
+                v.push(":");
+                v.push(old);
+                v
+            }
+            None => shim.clone().into_os_string(),
+        };
+        cmd.env("LD_PRELOAD", preload);
+        if std::env::var_os("CUDA_INJECTION64_PATH").is_none_or(|v| v.is_empty()) {
+            cmd.env("CUDA_INJECTION64_PATH", shim);
+        }
+        if let Some(dir) = &py_dir {
+            let mut pp = dir.clone().into_os_string();
+            if let Some(old) = std::env::var_os("PYTHONPATH").filter(|v| !v.is_empty()) {
+                pp.push(":");
+                pp.push(old);
+            }
+            cmd.env("PYTHONPATH", pp);
+        }
+    } else if let Some(why) = &plan.disabled {
+        eprintln!("kinetrace: {why}; running the command without profiling");
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!(
+                "kinetrace: could not find an executable with the name {}",
+                plan.command[0].to_string_lossy()
+            );
+            return Ok(ExitCode::from(127));
+        }
+        Err(e) => {
+            return Err(e)
+                .with_context(|| format!("cannot run {}", plan.command[0].to_string_lossy()))
+        }
+    };
+    let forwarder = crate::signals::forward_to(child.id());
+    let status = child.wait().context("waiting for the command")?;
+    drop(forwarder);
+    if let Some(dir) = py_dir {
+        let _ = std::fs::remove_dir_all(dir.parent().unwrap_or(&dir));
+    }
+    if plan.disabled.is_none() {
+        report(&plan);
+    }
+    Ok(crate::signals::exit_like(status))
+}
+
+fn tempdir_for_python() -> Result<Option<PathBuf>> {
+    let base = std::env::temp_dir().join(format!("kinetrace-python-{}", std::process::id()));
+    let dir = base.join("python");
+    std::fs::create_dir_all(dir.join("kinetrace"))
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::write(dir.join("kinetrace/__init__.py"), PY_INIT)?;
+    std::fs::write(dir.join("sitecustomize.py"), PY_SITE)?;
+    Ok(Some(dir))
+}
+
+/// Lists what was written, removes leftovers of processes that died mid-write, prints the summary.
+fn report(plan: &RecordPlan) {
+    let mut traces = Vec::new();
+    let mut removed = 0;
+    for p in walk(&plan.run_dir) {
+        let name = p
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if name.starts_with('.') && name.ends_with(".tmp") {
+            if std::fs::remove_file(&p).is_ok() {
+                removed += 1;
+            }
+        } else if name.ends_with(".pt.trace.json") || name.ends_with(".pt.trace.json.gz") {
+            traces.push(p);
+        }
+    }
+    traces.sort();
+    if removed > 0 {
+        eprintln!("kinetrace: removed {removed} incomplete file(s) of processes that ended before writing their trace");
+    }
+    if traces.is_empty() {
+        eprintln!(
+            "kinetrace: no traces in {}: no process initialised CUDA or reported a step, or none was selected (see --ranks, the messages above or --log)",
+            plan.run_dir.display()
+        );
+        return;
+    }
+    eprintln!(
+        "kinetrace: {} trace(s) in {}:",
+        traces.len(),
+        plan.run_dir.display()
+    );
+    for t in &traces {
+        let size = std::fs::metadata(t).map(|m| m.len()).unwrap_or(0);
+        eprintln!("  {} ({})", t.display(), human(size));
+    }
+    if plan.summary {
+        let args = [
+            "kinetrace".into(),
+            "analyze".into(),
+            plan.run_dir.clone().into_os_string(),
+            "--only".into(),
+            "steps,temporal".into(),
+            "--top".into(),
+            "5".into(),
+            "--quiet".into(),
+        ];
+        let summary = <crate::cli::Cli as clap::Parser>::try_parse_from(args)
+            .map_err(anyhow::Error::from)
+            .and_then(|cli| match cli.command {
+                crate::cli::Command::Analyze(a) => a.plan(),
+                _ => bail!("internal: not an analyze command"),
+            })
+            .and_then(crate::analyze::run_analyze);
+        if let Err(e) = summary {
+            eprintln!("kinetrace: no summary: {e:#}");
+        }
+    }
+}
+
+fn human(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{b} B"),
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn plan(args: &[&str], env: &[(&str, &str)]) -> Result<RecordPlan> {
+        let cli = crate::cli::Cli::try_parse_from(args)?;
+        let crate::cli::Command::Record(r) = cli.command else {
+            panic!("not record")
+        };
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        r.plan_with(
+            &env,
+            Ok(PathBuf::from("/opt/libkinetrace.so")),
+            PathBuf::from("/work"),
+        )
+    }
+
+    fn get<'a>(p: &'a RecordPlan, k: &str) -> Option<&'a str> {
+        p.set
+            .iter()
+            .rev()
+            .find(|(a, _)| a == k)
+            .and_then(|(_, v)| v.to_str())
+    }
+
+    #[test]
+    fn options_become_config_keys_and_the_command_passes_through() {
+        let p = plan(
+            &[
+                "kinetrace",
+                "record",
+                "--iterations",
+                "3",
+                "--start-iteration",
+                "10",
+                "--ranks",
+                "0,8",
+                "--gzip",
+                "--memory",
+                "-o",
+                "out",
+                "--",
+                "python",
+                "train.py",
+                "--iterations",
+                "5",
+            ],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            p.command,
+            ["python", "train.py", "--iterations", "5"].map(OsString::from)
+        );
+        assert_eq!(get(&p, "KINETRACE_ITERATIONS"), Some("3"));
+        assert_eq!(get(&p, "KINETRACE_START_ITERATION"), Some("10"));
+        assert_eq!(get(&p, "KINETRACE_RANKS"), Some("0,8"));
+        assert_eq!(get(&p, "KINETRACE_GZIP"), Some("1"));
+        assert_eq!(get(&p, "KINETRACE_MEMORY"), Some("1"));
+        assert_eq!(get(&p, "KINETRACE_OUTPUT_DIR"), Some("/work/out"));
+        assert_eq!(get(&p, "KINETRACE_WHOLE_RUN"), None);
+        assert!(p.remove.contains(&"KINETRACE_DURATION".to_string()));
+        assert!(p.disabled.is_none());
+    }
+
+    #[test]
+    fn the_default_is_the_whole_run_unless_the_environment_chose_a_window() {
+        let p = plan(&["kinetrace", "record", "--", "./job"], &[]).unwrap();
+        assert_eq!(get(&p, "KINETRACE_WHOLE_RUN"), Some("1"));
+        let name = p
+            .run_dir
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        assert!(
+            p.run_dir.starts_with("/work/kinetrace-traces") && name.starts_with("job-"),
+            "{}",
+            p.run_dir.display()
+        );
+        let p = plan(
+            &["kinetrace", "record", "--", "./job"],
+            &[("KINETRACE_STEPS", "1-2")],
+        )
+        .unwrap();
+        assert_eq!(get(&p, "KINETRACE_WHOLE_RUN"), None);
+        let p = plan(
+            &["kinetrace", "record", "--on-demand", "--", "./job"],
+            &[("KINETRACE_STEPS", "1-2")],
+        )
+        .unwrap();
+        assert_eq!(get(&p, "KINETRACE_WHOLE_RUN"), None);
+        assert!(p.remove.contains(&"KINETRACE_STEPS".to_string()));
+    }
+
+    #[test]
+    fn bad_values_disable_profiling_with_the_key_table_message() {
+        let p = plan(
+            &["kinetrace", "record", "--iterations", "three", "--", "true"],
+            &[],
+        )
+        .unwrap();
+        let why = p.disabled.unwrap();
+        assert!(
+            why.contains(
+                "KINETRACE_ITERATIONS: `three` is not an integer; expected an integer >= 1"
+            ),
+            "{why}"
+        );
+        let p = plan(
+            &["kinetrace", "record", "--", "true"],
+            &[("KINETRACE_GZPI", "1")],
+        )
+        .unwrap();
+        assert!(p.disabled.unwrap().contains("did you mean KINETRACE_GZIP?"));
+    }
+
+    #[test]
+    fn window_options_conflict_and_need_their_partners() {
+        assert!(plan(
+            &[
+                "kinetrace",
+                "record",
+                "--iterations",
+                "3",
+                "--duration",
+                "2s",
+                "--",
+                "x"
+            ],
+            &[]
+        )
+        .is_err());
+        assert!(plan(
+            &["kinetrace", "record", "--start-iteration", "3", "--", "x"],
+            &[]
+        )
+        .is_err());
+        assert!(plan(&["kinetrace", "record", "--delay", "3s", "--", "x"], &[]).is_err());
+        assert!(
+            plan(&["kinetrace", "record", "x"], &[]).is_err(),
+            "the command follows --"
+        );
+    }
+
+    #[test]
+    fn utc_stamps() {
+        assert_eq!(utc_stamp(0), "19700101-000000");
+        assert_eq!(utc_stamp(1_700_000_000), "20231114-221320");
+        assert_eq!(utc_stamp(951_782_400), "20000229-000000");
+    }
+}

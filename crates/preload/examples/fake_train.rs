@@ -1,0 +1,149 @@
+//! A stand-in for an unmodified CUDA training job, for the preload tests. It knows nothing of
+//! kinetrace: it "initialises CUDA" the way the driver does with an injection library (dlopen the
+//! file `CUDA_INJECTION64_PATH` names and call its `InitializeInjection`), launches kernels through the
+//! fake libcupti (named `step<N>_kernel<K>`, so a trace shows which step they came from), and reports
+//! step boundaries the way the Python optimizer hook does: by calling `kinetrace_step` if the process
+//! has one in its global scope.
+//!
+//! ```text
+//! fake_train STEPS [--cuda] [--sleep-ms MS] [--fork-at N] [--takeover-at N] [--exit-code C]
+//!            [--ready-file PATH] [--wait-file PATH]
+//! ```
+//! Prints `fake_train: done STEPS steps` and exits with `--exit-code` (default 0).
+
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::time::Duration;
+
+type Launch = unsafe extern "C" fn(*const c_char, u32, u64) -> u32;
+
+fn arg_after(args: &[String], flag: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+extern "C" fn dummy_request(buffer: *mut *mut u8, size: *mut usize, max: *mut usize) {
+    let buf = Box::leak(vec![0u64; 8192].into_boxed_slice());
+    // SAFETY: CUPTI (the fake) passes valid out-pointers.
+    unsafe {
+        *buffer = buf.as_mut_ptr() as *mut u8;
+        *size = 8192 * 8;
+        *max = 0;
+    }
+}
+
+extern "C" fn dummy_complete(
+    _ctx: *mut c_void,
+    _stream: u32,
+    _buf: *mut u8,
+    _size: usize,
+    _valid: usize,
+) {
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let steps: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(3);
+    let cuda = args.iter().any(|a| a == "--cuda");
+    let sleep = Duration::from_millis(
+        arg_after(&args, "--sleep-ms")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0),
+    );
+    let fork_at: Option<u64> = arg_after(&args, "--fork-at").and_then(|s| s.parse().ok());
+    let takeover_at: Option<u64> = arg_after(&args, "--takeover-at").and_then(|s| s.parse().ok());
+    let exit_code: i32 = arg_after(&args, "--exit-code")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+
+    // SAFETY: (test program) opening the process's own global scope.
+    let this = libloading::os::unix::Library::this();
+    // SAFETY: (test program) the shim exports `void kinetrace_step(void)`.
+    let step_fn: Option<unsafe extern "C" fn()> =
+        unsafe { this.get::<unsafe extern "C" fn()>(b"kinetrace_step\0") }
+            .ok()
+            .map(|s| *s);
+
+    let mut launch: Option<Launch> = None;
+    let mut _keep = Vec::new();
+    if cuda {
+        // The driver's part of cuInit: load the injection library and call it.
+        if let Some(path) = std::env::var_os("CUDA_INJECTION64_PATH") {
+            // SAFETY: (test program) the injection library's initialisers are the shim's constructor.
+            if let Ok(lib) = unsafe { libloading::Library::new(&path) } {
+                type Init = unsafe extern "C" fn() -> c_int;
+                // SAFETY: (test program) `int InitializeInjection(void)`.
+                let init = unsafe { lib.get::<Init>(b"InitializeInjection\0") };
+                if let Ok(f) = init {
+                    // SAFETY: (test program) the documented signature.
+                    unsafe { f() };
+                }
+                _keep.push(lib);
+            }
+        }
+        let cupti =
+            std::env::var_os("KINETRACE_CUPTI_PATH").unwrap_or_else(|| "libcupti.so.12".into());
+        // SAFETY: (test program) the fake libcupti.
+        let lib = unsafe { libloading::Library::new(&cupti) }.expect("the fake libcupti loads");
+        // SAFETY: (test program) the fake's launch entry point.
+        launch = Some(*unsafe { lib.get::<Launch>(b"fake_cupti_launch_kernel\0") }.unwrap());
+        _keep.push(lib);
+    }
+    if let Some(p) = arg_after(&args, "--ready-file") {
+        std::fs::write(p, std::process::id().to_string()).unwrap();
+    }
+    if let Some(p) = arg_after(&args, "--wait-file") {
+        while !std::path::Path::new(&p).exists() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    for step in 0..steps {
+        if let Some(f) = launch {
+            for k in 0..2 {
+                let name = CString::new(format!("step{step}_kernel{k}")).unwrap();
+                // SAFETY: (test program) a NUL-terminated name, plain values.
+                unsafe { f(name.as_ptr(), 7, 1_000) };
+            }
+        }
+        if takeover_at == Some(step) {
+            // What torch.profiler's Kineto does when it starts: resolve through the global scope.
+            // SAFETY: (test program) CUPTI's signature.
+            let register = unsafe {
+                this.get::<unsafe extern "C" fn(
+                    extern "C" fn(*mut *mut u8, *mut usize, *mut usize),
+                    extern "C" fn(*mut c_void, u32, *mut u8, usize, usize),
+                ) -> u32>(b"cuptiActivityRegisterCallbacks\0")
+            };
+            if let Ok(register) = register {
+                // SAFETY: (test program) callbacks with CUPTI's signatures.
+                let rc = unsafe { register(dummy_request, dummy_complete) };
+                println!("fake_train: takeover rc={rc}");
+            }
+        }
+        std::thread::sleep(sleep);
+        if let Some(f) = step_fn {
+            // SAFETY: (test program) `void kinetrace_step(void)`.
+            unsafe { f() };
+        }
+        if fork_at == Some(step) {
+            // SAFETY: (test program) fork; the child only calls the step function and exits.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                for _ in 0..3 {
+                    if let Some(f) = step_fn {
+                        // SAFETY: as above.
+                        unsafe { f() };
+                    }
+                }
+                println!("fake_train: child done");
+                std::process::exit(0);
+            }
+            let mut status = 0;
+            // SAFETY: (test program) waiting for our own child.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            println!("fake_train: child status {status}");
+        }
+    }
+    println!("fake_train: done {steps} steps");
+    std::process::exit(exit_code);
+}

@@ -1,0 +1,9 @@
+//! `libkinetrace.so` built again as an example: `cargo test -p kinetrace-preload` builds examples
+//! but not a cdylib-only library, so the tests load this fresh copy. Same source as the library.
+
+#[path = "../src/shim.rs"]
+mod shim;
+
+pub use shim::{
+    cuptiActivityRegisterCallbacks, kinetrace_is_active, kinetrace_step, InitializeInjection,
+};

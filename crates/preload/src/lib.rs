@@ -1,0 +1,24 @@
+/*!
+`libkinetrace.so`: the shim that profiles jobs nobody edited. Load it with `LD_PRELOAD` (its
+constructor then points `CUDA_INJECTION64_PATH` at itself if that is unset) or name it in
+`CUDA_INJECTION64_PATH` (the CUDA driver calls [`InitializeInjection`] during `cuInit`).
+
+This crate holds only the C entry points and the few libc calls the safe facade cannot make
+(`atexit`, `pthread_atfork`, `sigaction`, `setenv`, `dladdr`, `SO_PEERCRED`). Every entry point is
+wrapped in `catch_unwind` and forwards to `kinetrace::inject`, where the behaviour lives:
+dormant until CUDA initialises or a step is reported, then one session per process.
+
+Exports:
+- `InitializeInjection()`: the CUDA driver's injection entry point.
+- `kinetrace_step()`: marks a step (iteration) boundary; the Python module calls it.
+- `kinetrace_is_active()`: 1 while this process profiles.
+- `cuptiActivityRegisterCallbacks`: interposes the CUPTI call torch.profiler's Kineto makes when it
+  takes CUPTI over, so kinetrace can step aside first (then forwards to the real one).
+*/
+#![deny(missing_docs)]
+
+mod shim;
+
+pub use shim::{
+    cuptiActivityRegisterCallbacks, kinetrace_is_active, kinetrace_step, InitializeInjection,
+};

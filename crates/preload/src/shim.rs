@@ -1,0 +1,221 @@
+//! The C entry points (see the crate docs).
+
+use std::ffi::{c_int, c_void, CStr, CString};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::panic::catch_unwind;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use facade::inject;
+
+/// Runs when the library is loaded (`LD_PRELOAD`, the driver's `dlopen`, or `ctypes`).
+#[used]
+#[link_section = ".init_array"]
+static CONSTRUCTOR: extern "C" fn() = on_load;
+
+extern "C" fn on_load() {
+    let _ = catch_unwind(|| {
+        let me = own_path();
+        if let Some(me) = &me {
+            inject::set_library_path(me.clone());
+        }
+        inject::set_peer_uid(peer_uid);
+        if std::env::var_os("CUDA_INJECTION64_PATH").is_none_or(|v| v.is_empty()) {
+            if let Some(c) =
+                me.and_then(|p| CString::new(p.into_os_string().into_encoded_bytes()).ok())
+            {
+                // SAFETY: both arguments are NUL-terminated strings that outlive the call. Constructors
+                // run while the loader holds its lock, before `main` and before any thread of ours;
+                // a job thread reading the environment concurrently is the only hazard, and glibc's
+                // setenv takes its own lock.
+                unsafe { libc::setenv(c"CUDA_INJECTION64_PATH".as_ptr(), c.as_ptr(), 0) };
+            }
+        }
+        // SAFETY: registers a plain `extern "C"` function; no handler runs before or in the parent.
+        unsafe { libc::pthread_atfork(None, None, Some(atfork_child)) };
+    });
+}
+
+/// This library's file, found with `dladdr` on one of its own functions.
+fn own_path() -> Option<PathBuf> {
+    let mut info: libc::Dl_info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: `info` is a valid out-pointer; the address is a function of this library.
+    let found = unsafe { libc::dladdr(on_load as *const c_void, &mut info) };
+    if found == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dladdr returned a NUL-terminated path owned by the loader for the library's lifetime.
+    let name = unsafe { CStr::from_ptr(info.dli_fname) };
+    use std::os::unix::ffi::OsStrExt;
+    Some(PathBuf::from(std::ffi::OsStr::from_bytes(name.to_bytes())))
+}
+
+/// `SO_PEERCRED`: the user id of the process at the other end of a control connection.
+fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: the descriptor is a connected Unix socket owned by `stream`; `cred`/`len` are valid
+    // out-pointers sized for `struct ucred`.
+    let r = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut libc::ucred as *mut c_void,
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+static ATEXIT_DONE: AtomicBool = AtomicBool::new(false);
+
+/// Installs what a call that started profiling asked for.
+fn install(what: inject::Install) {
+    if what.atexit && !ATEXIT_DONE.swap(true, Ordering::AcqRel) {
+        // SAFETY: registers a plain `extern "C"` function that never unwinds.
+        unsafe { libc::atexit(on_exit) };
+    }
+    if what.sigusr2 {
+        // SAFETY: a zeroed sigaction is a valid "query" argument; `old` is a valid out-pointer.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: querying the current disposition (null new action).
+        unsafe { libc::sigaction(libc::SIGUSR2, std::ptr::null(), &mut old) };
+        if old.sa_sigaction != libc::SIG_DFL {
+            inject::log("KINETRACE_SIGNAL is on but the job handles SIGUSR2 itself; the signal trigger is off");
+            return;
+        }
+        // SAFETY: as above, zeroed is valid; the handler only stores an atomic (async-signal-safe).
+        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+        act.sa_sigaction = on_sigusr2 as extern "C" fn(c_int) as usize;
+        act.sa_flags = libc::SA_RESTART;
+        // SAFETY: `act` is initialised; SIGUSR2 is a catchable signal.
+        unsafe { libc::sigaction(libc::SIGUSR2, &act, std::ptr::null_mut()) };
+    }
+}
+
+extern "C" fn on_exit() {
+    let _ = catch_unwind(inject::at_exit);
+}
+
+extern "C" fn atfork_child() {
+    let _ = catch_unwind(|| {
+        if let Some(fd) = inject::after_fork_child() {
+            // SAFETY: the descriptor is the control socket this process opened; the child never uses
+            // its copy (the listening thread does not exist here) and nothing else owns it.
+            unsafe { libc::close(fd) };
+        }
+    });
+}
+
+extern "C" fn on_sigusr2(_signal: c_int) {
+    let _ = catch_unwind(inject::signal_received);
+}
+
+/// The CUDA driver's injection entry point, called once during the first `cuInit` when
+/// `CUDA_INJECTION64_PATH` names this library. Always reports success: profiling problems must not
+/// fail CUDA initialisation.
+#[no_mangle]
+pub extern "C" fn InitializeInjection() -> c_int {
+    let _ = catch_unwind(|| install(inject::cuda_initializing()));
+    1
+}
+
+/// Marks a step (iteration) boundary: ends `ProfilerStep#N` and begins `N+1`. Starts profiling in
+/// this process on first use if CUDA has not already. Cheap when the process is not profiling.
+#[no_mangle]
+pub extern "C" fn kinetrace_step() {
+    let _ = catch_unwind(|| install(inject::step()));
+}
+
+/// 1 while this process profiles, else 0.
+#[no_mangle]
+pub extern "C" fn kinetrace_is_active() -> c_int {
+    catch_unwind(inject::is_running).unwrap_or(false) as c_int
+}
+
+type RegisterCallbacks = unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32;
+
+/// CUPTI_ERROR_NOT_INITIALIZED, answered if the real function cannot be found.
+const CUPTI_ERROR_NOT_INITIALIZED: u32 = 15;
+
+static REAL_REGISTER: AtomicUsize = AtomicUsize::new(0);
+
+/// Interposes `cuptiActivityRegisterCallbacks` for callers that resolve it through the global scope
+/// (libkineto inside libtorch does): another CUPTI client is taking CUPTI over, so kinetrace ends its
+/// capture and steps aside first, then the call goes to the real libcupti. kinetrace's own CUPTI calls
+/// go straight to libcupti and never come here.
+///
+/// # Safety
+/// As the real function: the arguments are CUPTI buffer callbacks (or null).
+#[no_mangle]
+pub unsafe extern "C" fn cuptiActivityRegisterCallbacks(
+    request: *mut c_void,
+    completed: *mut c_void,
+) -> u32 {
+    let _ = catch_unwind(inject::foreign_cupti_client);
+    let real = catch_unwind(real_register).ok().flatten();
+    match real {
+        // SAFETY: `f` is libcupti's own cuptiActivityRegisterCallbacks, called with the caller's
+        // arguments unchanged.
+        Some(f) => unsafe { f(request, completed) },
+        None => CUPTI_ERROR_NOT_INITIALIZED,
+    }
+}
+
+fn real_register() -> Option<RegisterCallbacks> {
+    let cached = REAL_REGISTER.load(Ordering::Acquire);
+    if cached != 0 {
+        // SAFETY: only non-null results of dlsym for this symbol are stored.
+        return Some(unsafe { std::mem::transmute::<usize, RegisterCallbacks>(cached) });
+    }
+    let name = c"cuptiActivityRegisterCallbacks";
+    // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name; the result is checked for null.
+    let mut f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+    if f.is_null() {
+        // libcupti loaded with RTLD_LOCAL (as a Python extension's dependency): find it by the name
+        // it was loaded under (explicit path, mapped file, or SONAME).
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        let mut names: Vec<PathBuf> = std::env::var_os("KINETRACE_CUPTI_PATH")
+            .map(PathBuf::from)
+            .into_iter()
+            .collect();
+        names.extend(inject::loaded_cupti_paths(&maps));
+        names.extend(["libcupti.so.13", "libcupti.so.12", "libcupti.so.11.8"].map(PathBuf::from));
+        for path in names {
+            let Ok(c) = CString::new(path.into_os_string().into_encoded_bytes()) else {
+                continue;
+            };
+            // SAFETY: RTLD_NOLOAD only returns a handle to an already-loaded object (no initialisers
+            // run); the handle is deliberately kept open.
+            let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+            if h.is_null() {
+                continue;
+            }
+            // SAFETY: valid handle and NUL-terminated name.
+            f = unsafe { libc::dlsym(h, name.as_ptr()) };
+            if !f.is_null() {
+                break;
+            }
+        }
+    }
+    if f.is_null() || std::ptr::eq(f as *const (), cuptiActivityRegisterCallbacks as *const ()) {
+        return None;
+    }
+    REAL_REGISTER.store(f as usize, Ordering::Release);
+    // SAFETY: `f` is libcupti's cuptiActivityRegisterCallbacks, whose C signature matches.
+    Some(unsafe { std::mem::transmute::<*mut c_void, RegisterCallbacks>(f) })
+}

@@ -1,0 +1,60 @@
+"""kinetrace's Python side: report step (iteration) boundaries to the kinetrace shim.
+
+The shim (``libkinetrace.so``, preloaded by ``kinetrace record`` or named in ``LD_PRELOAD`` /
+``CUDA_INJECTION64_PATH``) does the profiling; this module only calls its C function
+``kinetrace_step``. Without the shim every function here is a no-op, so jobs can call
+``kinetrace.step()`` unconditionally.
+
+    import kinetrace
+    for batch in loader:
+        train(batch)
+        kinetrace.step()   # ends ProfilerStep#N, begins N+1
+
+``kinetrace record`` also installs a global optimizer step hook (see ``sitecustomize.py``), so
+unmodified PyTorch scripts need no call at all.
+"""
+
+import ctypes
+import os
+
+__all__ = ["step", "is_active"]
+
+_lib = None
+
+
+def _shim():
+    """The loaded shim, or False. Never loads a second copy: only the one already in the process."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    _lib = False
+    try:
+        main = ctypes.CDLL(None)
+        main.kinetrace_step  # preloaded: in the global scope
+        _lib = main
+        return _lib
+    except (OSError, AttributeError):
+        pass
+    # Injection only (the driver loaded it locally): open the same file again, which the dynamic
+    # loader resolves to the copy already loaded.
+    path = os.environ.get("CUDA_INJECTION64_PATH", "")
+    if os.path.basename(path).startswith("libkinetrace"):
+        try:
+            _lib = ctypes.CDLL(path)
+            _lib.kinetrace_step
+        except (OSError, AttributeError):
+            _lib = False
+    return _lib
+
+
+def step():
+    """Mark a step boundary (the end of one training iteration)."""
+    lib = _shim()
+    if lib:
+        lib.kinetrace_step()
+
+
+def is_active():
+    """Whether this process is profiling."""
+    lib = _shim()
+    return bool(lib) and bool(lib.kinetrace_is_active())

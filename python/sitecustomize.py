@@ -1,0 +1,71 @@
+"""Put on PYTHONPATH by ``kinetrace record``: runs any other ``sitecustomize`` first, then arranges
+that when ``torch.optim.optimizer`` is imported, a global optimizer step post-hook reports each
+optimizer step to kinetrace (the iteration boundary, as Kineto's on-demand mode uses it).
+
+Costs almost nothing at start-up: torch is not imported here; the hook is registered by a
+meta-path finder the moment the job itself imports ``torch.optim``. ``KINETRACE_OPTIMIZER_HOOK=0``
+turns the hook off (for jobs that call ``kinetrace.step()`` themselves).
+"""
+
+import os
+import sys
+
+
+def _chain_other_sitecustomize():
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        import importlib.machinery
+        import importlib.util
+
+        path = [p for p in sys.path if os.path.abspath(p or ".") != here]
+        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+        if spec is None or spec.loader is None:
+            return
+        if os.path.abspath(spec.origin or "") == os.path.abspath(__file__):
+            return
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["_kinetrace_chained_sitecustomize"] = module
+        spec.loader.exec_module(module)
+    except Exception as e:  # the job's own sitecustomize failing must not stop the job
+        sys.stderr.write("kinetrace: the other sitecustomize failed: %r\n" % (e,))
+
+
+class _OptimizerHookFinder:
+    """Registers the step hook right after ``torch.optim.optimizer`` executes."""
+
+    TARGET = "torch.optim.optimizer"
+
+    def find_spec(self, name, path=None, target=None):
+        if name != self.TARGET:
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        original = spec.loader.exec_module
+
+        def exec_module(module):
+            original(module)
+            _register(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _register(optimizer_module):
+    register = getattr(optimizer_module, "register_optimizer_step_post_hook", None)
+    if register is None:
+        return
+    import kinetrace
+
+    def _after_optimizer_step(optimizer, args, kwargs):
+        kinetrace.step()
+
+    register(_after_optimizer_step)
+
+
+_chain_other_sitecustomize()
+if os.environ.get("KINETRACE_OPTIMIZER_HOOK", "1") != "0":
+    sys.meta_path.insert(0, _OptimizerHookFinder())

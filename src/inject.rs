@@ -1,0 +1,655 @@
+//! The process-wide profiler that the preload shim (`libkinetrace.so`) drives in jobs nobody edited.
+//!
+//! The shim only forwards its C entry points here. The life of a process:
+//!
+//! - **Dormant** from load until CUDA initialises ([`cuda_initializing`], from the driver's call of
+//!   `InitializeInjection`) or the job reports a step ([`step`], from the optimizer hook or an
+//!   explicit call). A process that does neither (a shell, a launcher, a compiler) never reads the
+//!   configuration, starts no thread and writes nothing.
+//! - **Running**: the configuration ([`crate::config`]) is read, ranks not selected go **Off**
+//!   quietly, a malformed configuration goes Off with one message. Otherwise a [`Session`] starts
+//!   (with the CUPTI source once CUDA is up), the configured window is applied, and the control socket
+//!   listens for `kinetrace trigger`.
+//! - **Forked**: a child forked from a running process keeps nothing: no capture, no flush, no file
+//!   (its copy of the parent's locks may be held). Only exec'd children start afresh.
+//! - At exit ([`at_exit`]) a capture in progress is saved within [`EXIT_BUDGET`]; past it the process
+//!   exits anyway and leaves no trace file (traces are renamed into place only when complete).
+//! - If another CUPTI client takes over ([`foreign_cupti_client`]) or another tool is injected,
+//!   kinetrace steps aside with one message.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use kinetrace_core::recorder;
+use kinetrace_core::schedule::{Schedule, TimeWindow};
+use kinetrace_core::session::{
+    CaptureLength, CapturePlan, CaptureRequest, CaptureStart, LogFn, SessionConfig, Trigger,
+};
+use kinetrace_core::{ActivitySource, Session, TraceOutput};
+use kinetrace_export::TraceDir;
+
+use crate::config::{Config, LogTarget, Window};
+use crate::control::{self, ControlServer, PeerUid, Reply, Request};
+
+/// `O_NONBLOCK` on Linux (every architecture kinetrace builds for: x86-64, AArch64, POWER, RISC-V).
+const O_NONBLOCK: i32 = 0o4000;
+
+/// How long exit may spend saving a capture in progress.
+pub const EXIT_BUDGET: Duration = Duration::from_secs(2);
+
+const DORMANT: u8 = 0;
+const RUNNING: u8 = 1;
+const OFF: u8 = 2;
+const FORKED: u8 = 3;
+
+// Orderings: STATE is written under START (or in the single-threaded fork child) and read without
+// it; Acquire/Release pairs make AUTO's contents visible to whoever sees RUNNING.
+static STATE: AtomicU8 = AtomicU8::new(DORMANT);
+/// Steps reported before the session started (Relaxed: a counter).
+static STEPS: AtomicU64 = AtomicU64::new(0);
+/// Set by the SIGUSR2 handler, taken by the control thread (Relaxed: a flag, no data attached).
+static SIGNALLED: AtomicBool = AtomicBool::new(false);
+/// Another CUPTI client registered callbacks (Relaxed: a flag).
+static FOREIGN: AtomicBool = AtomicBool::new(false);
+/// The control socket's descriptor, for the fork child to close (-1: none).
+static LISTENER_FD: AtomicI32 = AtomicI32::new(-1);
+static START: Mutex<()> = Mutex::new(());
+static AUTO: OnceLock<Auto> = OnceLock::new();
+static SELF_PATH: OnceLock<PathBuf> = OnceLock::new();
+static PEER_UID: OnceLock<PeerUid> = OnceLock::new();
+
+struct Auto {
+    session: Session,
+    config: Config,
+    log: LogFn,
+    root: PathBuf,
+    worker: String,
+    cuda_added: AtomicBool,
+    stop: Arc<AtomicBool>,
+    control_path: Mutex<Option<PathBuf>>,
+}
+
+/// What the shim must install after a call that started the profiler.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Install {
+    /// Register the exit handler (once per process).
+    pub atexit: bool,
+    /// Install the SIGUSR2 handler (`KINETRACE_SIGNAL` is on).
+    pub sigusr2: bool,
+}
+
+/// The shim's own file (found with `dladdr`), so `CUDA_INJECTION64_PATH` naming it is recognised.
+pub fn set_library_path(path: PathBuf) {
+    let _ = SELF_PATH.set(path);
+}
+
+/// How the control socket reads a peer's user id (the shim supplies `SO_PEERCRED`).
+pub fn set_peer_uid(f: PeerUid) {
+    let _ = PEER_UID.set(f);
+}
+
+/// The driver is initialising CUDA (`InitializeInjection`): start profiling with the CUPTI source,
+/// or add it to a session a step call started.
+pub fn cuda_initializing() -> Install {
+    ensure_started(true)
+}
+
+/// A step boundary (the end of an optimizer step / training iteration).
+pub fn step() -> Install {
+    match STATE.load(Ordering::Acquire) {
+        FORKED | OFF => return Install::default(),
+        RUNNING => {
+            if let Some(a) = AUTO.get() {
+                a.session.step();
+            }
+            return Install::default();
+        }
+        _ => {}
+    }
+    let install = ensure_started(false);
+    match AUTO.get() {
+        Some(a) if STATE.load(Ordering::Acquire) == RUNNING => a.session.step(),
+        _ => {
+            STEPS.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    install
+}
+
+/// Whether this process is profiling (running, not forked off or stepped aside).
+pub fn is_running() -> bool {
+    STATE.load(Ordering::Acquire) == RUNNING
+}
+
+/// The atfork child handler: a child of a running process profiles nothing. Returns the control
+/// socket's descriptor for the shim to close. Only atomics are touched (async-signal-safe).
+pub fn after_fork_child() -> Option<i32> {
+    if STATE.load(Ordering::Acquire) != RUNNING {
+        return None;
+    }
+    STATE.store(FORKED, Ordering::Release);
+    recorder::set_active(false);
+    let fd = LISTENER_FD.swap(-1, Ordering::Relaxed);
+    (fd >= 0).then_some(fd)
+}
+
+/// The SIGUSR2 handler: only sets a flag the control thread polls (async-signal-safe).
+pub fn signal_received() {
+    SIGNALLED.store(true, Ordering::Relaxed);
+}
+
+/// Another CUPTI client (torch.profiler's Kineto, another tool) registered activity callbacks: end
+/// any capture now and never enable CUPTI again in this process, with one message.
+pub fn foreign_cupti_client() {
+    if FOREIGN.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    if STATE.load(Ordering::Acquire) != RUNNING {
+        return;
+    }
+    if let Some(a) = AUTO.get() {
+        let why = "another CUPTI client (torch.profiler or another tool) took over CUPTI";
+        (a.log)(&format!("{why}; kinetrace steps aside in this process"));
+        a.session.step_aside(why);
+    }
+}
+
+/// Process exit: save a capture in progress within [`EXIT_BUDGET`], remove the control socket.
+pub fn at_exit() {
+    if STATE.load(Ordering::Acquire) != RUNNING {
+        return;
+    }
+    let Some(a) = AUTO.get() else { return };
+    a.stop.store(true, Ordering::Relaxed);
+    if let Some(p) = a
+        .control_path
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+    {
+        let _ = std::fs::remove_file(p);
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("kinetrace-exit".into())
+        .spawn(move || {
+            let written = a.session.close();
+            let _ = tx.send(written);
+        });
+    if spawned.is_err() {
+        (a.log)("cannot start the exit flush thread; the capture in progress is lost");
+    } else if rx.recv_timeout(EXIT_BUDGET).is_err() {
+        (a.log)(&format!(
+            "gave up saving the capture in progress after {} s at exit; no trace file was left",
+            EXIT_BUDGET.as_secs()
+        ));
+    }
+    STATE.store(OFF, Ordering::Release);
+}
+
+fn ensure_started(with_cuda: bool) -> Install {
+    let state = STATE.load(Ordering::Acquire);
+    if state == FORKED || state == OFF {
+        return Install::default();
+    }
+    let _guard = START.lock().unwrap_or_else(|e| e.into_inner());
+    match STATE.load(Ordering::Acquire) {
+        RUNNING => {
+            if let Some(a) = AUTO.get() {
+                if with_cuda && !a.cuda_added.swap(true, Ordering::AcqRel) {
+                    a.session.add_source(cuda_source(&a.config));
+                }
+            }
+            return Install::default();
+        }
+        DORMANT => {}
+        _ => return Install::default(),
+    }
+    match start(with_cuda) {
+        Ok(Some(auto)) => {
+            let sigusr2 = auto.config.signal.is_some();
+            let listen = auto.config.control || sigusr2;
+            let _ = AUTO.set(auto);
+            STATE.store(RUNNING, Ordering::Release);
+            if listen {
+                if let Some(a) = AUTO.get() {
+                    start_control(a);
+                }
+            }
+            Install {
+                atexit: true,
+                sigusr2,
+            }
+        }
+        Ok(None) => {
+            STATE.store(OFF, Ordering::Release);
+            Install::default()
+        }
+        Err(message) => {
+            STATE.store(OFF, Ordering::Release);
+            fallback_log(&message);
+            Install::default()
+        }
+    }
+}
+
+/// Logs to `KINETRACE_LOG` if that alone is usable, else stderr.
+fn fallback_log(message: &str) {
+    let target = std::env::var_os("KINETRACE_LOG")
+        .filter(|v| !v.is_empty() && v != "stderr")
+        .map(|p| LogTarget::File(PathBuf::from(p)))
+        .unwrap_or(LogTarget::Stderr);
+    make_log(&target)(message);
+}
+
+fn make_log(target: &LogTarget) -> LogFn {
+    match target {
+        LogTarget::Stderr => Arc::new(|m: &str| eprintln!("kinetrace: {m}")),
+        LogTarget::File(path) => {
+            let path = path.clone();
+            Arc::new(move |m: &str| {
+                use std::io::Write;
+                let line = format!("kinetrace[{}]: {m}\n", std::process::id());
+                use std::os::unix::fs::OpenOptionsExt;
+                // O_NONBLOCK: a FIFO nobody reads fails at once instead of blocking the job (it
+                // changes nothing for regular files).
+                let written = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .custom_flags(O_NONBLOCK)
+                    .open(&path)
+                    .and_then(|mut f| f.write_all(line.as_bytes()));
+                if let Err(e) = written {
+                    eprintln!("kinetrace: {m} (cannot write {}: {e})", path.display());
+                }
+            })
+        }
+    }
+}
+
+/// Starts the session: `Ok(None)` when this process is not to profile (quietly), `Err` with the one
+/// message to print when it cannot.
+fn start(with_cuda: bool) -> Result<Option<Auto>, String> {
+    let vars: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    let off = "; profiling is off in this process (the job runs normally)";
+    let config = Config::from_vars(&vars, |p| std::fs::read_to_string(p))
+        .map_err(|e| format!("{e}{off}"))?;
+    let rank = Config::process_rank(&vars).map_err(|e| format!("{e}{off}"))?;
+    if config.ranks.as_ref().is_some_and(|r| !r.contains(rank)) {
+        return Ok(None);
+    }
+    let log = make_log(&config.log);
+    if !with_cuda {
+        if let Some(other) = foreign_injection(&vars) {
+            log(&format!(
+                "CUDA_INJECTION64_PATH names another tool ({other}); kinetrace steps aside in this process"
+            ));
+            return Ok(None);
+        }
+    }
+    if FOREIGN.load(Ordering::Relaxed) {
+        log("another CUPTI client (torch.profiler or another tool) holds CUPTI; kinetrace steps aside in this process");
+        return Ok(None);
+    }
+    let first_step = STEPS.load(Ordering::Relaxed);
+    let (trigger, request) = match config.window {
+        Window::OnDemand => (Trigger::OnDemand, None),
+        Window::WholeRun => (Trigger::Always, None),
+        Window::Iterations { start, count } => {
+            let at = if start <= first_step {
+                CaptureStart::Now
+            } else {
+                CaptureStart::AtStep(start)
+            };
+            (
+                Trigger::OnDemand,
+                Some(CaptureRequest::new(at, CaptureLength::Steps(count))),
+            )
+        }
+        Window::Steps { first, last } => (
+            Trigger::Schedule(
+                Schedule::step_range(first, last)
+                    .map_err(|e| format!("KINETRACE_STEPS: {e}{off}"))?,
+            ),
+            None,
+        ),
+        Window::Time {
+            delay,
+            warmup,
+            duration,
+        } => (
+            Trigger::TimeWindow(
+                TimeWindow::new(delay, duration)
+                    .map_err(|e| format!("KINETRACE_DURATION: {e}{off}"))?
+                    .with_warmup(warmup),
+            ),
+            None,
+        ),
+        Window::Schedule(s) => (Trigger::Schedule(s), None),
+    };
+    let root = control::confine(&config.output_dir, None)?;
+    let worker = match &config.worker_prefix {
+        Some(p) => format!("{p}_{}", std::process::id()),
+        None => kinetrace_export::writer::default_worker_name(),
+    };
+    let world_size = vars
+        .iter()
+        .find(|(k, _)| k == "WORLD_SIZE")
+        .and_then(|(_, v)| v.trim().parse().ok());
+    let session_config = SessionConfig {
+        activities: config.activities,
+        trigger,
+        rank: Some(rank),
+        world_size,
+        metadata: vec![
+            ("kinetrace_build".into(), crate::BUILD_INFO.into()),
+            ("kinetrace_mode".into(), "preload".into()),
+        ],
+        log: log.clone(),
+        first_step,
+        ..SessionConfig::default()
+    };
+    let mut sources: Vec<Box<dyn ActivitySource>> = Vec::new();
+    if with_cuda {
+        sources.push(cuda_source(&config));
+    }
+    let sinks = trace_dir(&root, &worker, config.gzip);
+    let session = Session::start(session_config, sources, Box::new(sinks), None)
+        .map_err(|e| format!("{e}{off}"))?;
+    if let Some(r) = request {
+        if let Err(e) = session.request_capture(r) {
+            log(&format!("the configured window cannot start: {e}"));
+        }
+    }
+    Ok(Some(Auto {
+        session,
+        config,
+        log,
+        root,
+        worker,
+        cuda_added: AtomicBool::new(with_cuda),
+        stop: Arc::new(AtomicBool::new(false)),
+        control_path: Mutex::new(None),
+    }))
+}
+
+fn trace_dir(dir: &Path, worker: &str, gzip: bool) -> TraceDir {
+    let mut t = TraceDir::new(dir);
+    t.worker = worker.to_string();
+    t.gzip = gzip;
+    t
+}
+
+/// The other library `CUDA_INJECTION64_PATH` names, if it is not this shim.
+fn foreign_injection(vars: &[(String, String)]) -> Option<String> {
+    let (_, v) = vars.iter().find(|(k, _)| k == "CUDA_INJECTION64_PATH")?;
+    if v.is_empty() {
+        return None;
+    }
+    let me = SELF_PATH.get()?;
+    let same = match (Path::new(v).canonicalize(), me.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => Path::new(v) == me,
+    };
+    (!same).then(|| v.clone())
+}
+
+#[cfg(feature = "cupti")]
+fn cuda_source(config: &Config) -> Box<dyn ActivitySource> {
+    let c = kinetrace_cupti::CuptiConfig {
+        library: config.cupti_path.clone(),
+        max_buffer_bytes: (config.max_gpu_buffer_mb as usize) << 20,
+        // The session lives until exit; finalizing CUPTI while CUDA tears down is not safe.
+        finalize_on_drop: false,
+        ..kinetrace_cupti::CuptiConfig::default()
+    };
+    Box::new(kinetrace_cupti::CuptiSource::new(c))
+}
+
+#[cfg(not(feature = "cupti"))]
+fn cuda_source(_config: &Config) -> Box<dyn ActivitySource> {
+    struct Off;
+    impl ActivitySource for Off {
+        fn name(&self) -> &str {
+            "cupti"
+        }
+        fn enable(
+            &mut self,
+            _: kinetrace_core::ActivitySet,
+        ) -> Result<(), kinetrace_core::SourceError> {
+            Err(kinetrace_core::SourceError {
+                source: "cupti".into(),
+                message: "this build has no CUDA backend (feature `cupti`)".into(),
+            })
+        }
+    }
+    Box::new(Off)
+}
+
+fn start_control(a: &'static Auto) {
+    let server = if a.config.control {
+        let dir = a.config.control_dir_or_default();
+        match ControlServer::bind(&dir, std::process::id(), PEER_UID.get().copied()) {
+            Ok(s) => {
+                LISTENER_FD.store(s.raw_fd(), Ordering::Relaxed);
+                *a.control_path.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(s.path().to_path_buf());
+                Some(s)
+            }
+            Err(e) => {
+                (a.log)(&format!("on-demand control is off: {e}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let stop = a.stop.clone();
+    let spawned = std::thread::Builder::new()
+        .name("kinetrace-control".into())
+        .spawn(move || {
+            let handler = |r: Request| handle(a, r);
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(s) = &server {
+                    s.poll(&handler);
+                }
+                if SIGNALLED.swap(false, Ordering::Relaxed) {
+                    if let Some(length) = a.config.signal {
+                        let r = submit(a, length, None, None, None, None);
+                        match r {
+                            Ok((plan, dir)) => (a.log)(&format!(
+                                "SIGUSR2: capturing {} into {}",
+                                describe(&plan),
+                                dir.display()
+                            )),
+                            Err(e) => (a.log)(&format!("SIGUSR2: capture refused: {e}")),
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            // Removes the socket.
+            drop(server);
+        });
+    if spawned.is_err() {
+        (a.log)("cannot start the control thread; on-demand capture is off");
+    }
+}
+
+fn describe(plan: &CapturePlan) -> String {
+    match plan {
+        CapturePlan::Steps { first, last } => format!("steps {first}..={last}"),
+        CapturePlan::Time { delay, duration } if delay.is_zero() => {
+            format!("{} ms", duration.as_millis())
+        }
+        CapturePlan::Time { delay, duration } => format!(
+            "{} ms starting in {} ms",
+            duration.as_millis(),
+            delay.as_millis()
+        ),
+    }
+}
+
+fn plan_field(plan: &CapturePlan) -> String {
+    match plan {
+        CapturePlan::Steps { first, last } => format!("steps:{first}-{last}"),
+        CapturePlan::Time { delay, duration } => {
+            format!("time:{}+{}ms", delay.as_millis(), duration.as_millis())
+        }
+    }
+}
+
+type Done = std::sync::mpsc::Sender<Result<TraceOutput, String>>;
+
+fn submit(
+    a: &Auto,
+    length: CaptureLength,
+    start_step: Option<u64>,
+    delay: Option<Duration>,
+    out: Option<&Path>,
+    done: Option<Done>,
+) -> Result<(CapturePlan, PathBuf), String> {
+    let dir = control::confine(&a.root, out)?;
+    std::fs::create_dir_all(&a.root)
+        .map_err(|e| format!("cannot create {}: {e}", a.root.display()))?;
+    // Check the deepest existing ancestor before creating anything (a symlink may point out).
+    let existing = dir.ancestors().find(|p| p.exists()).unwrap_or(&a.root);
+    control::check_inside(&a.root, existing)?;
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    control::check_inside(&a.root, &dir)?;
+    let start = match (start_step, delay) {
+        (Some(s), _) => CaptureStart::AtStep(s),
+        (None, Some(d)) => CaptureStart::After(d),
+        (None, None) => CaptureStart::NextStep,
+    };
+    let mut req = CaptureRequest::new(start, length);
+    req.sinks = Some(Box::new(trace_dir(&dir, &a.worker, a.config.gzip)));
+    if let Some(tx) = done {
+        req.on_done = Some(Box::new(move |r| {
+            let _ = tx.send(r);
+        }));
+    }
+    let plan = a.session.request_capture(req).map_err(|e| e.to_string())?;
+    Ok((plan, dir))
+}
+
+fn handle(a: &Auto, request: Request) -> (Reply, Option<std::sync::mpsc::Receiver<Reply>>) {
+    let pid = std::process::id().to_string();
+    match request {
+        Request::Status => {
+            let s = a.session.status();
+            let capture = s
+                .capture
+                .as_ref()
+                .map(plan_field)
+                .unwrap_or_else(|| "none".into());
+            let mut fields = vec![
+                ("pid", pid.clone()),
+                ("step", s.step_num.to_string()),
+                ("action", s.action.as_str().to_string()),
+                ("capture", capture),
+                ("traces", s.traces.to_string()),
+                ("root", a.root.display().to_string()),
+            ];
+            if let Some(why) = s.stepped_aside {
+                fields.push(("off", why));
+            }
+            let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            (Reply::new("status", &fields), None)
+        }
+        Request::Capture(spec) => {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let done = spec.wait.then_some(tx);
+            match submit(
+                a,
+                spec.length,
+                spec.start_step,
+                spec.delay,
+                spec.out.as_deref(),
+                done,
+            ) {
+                Ok((plan, dir)) => {
+                    (a.log)(&format!(
+                        "on-demand capture of {} into {}",
+                        describe(&plan),
+                        dir.display()
+                    ));
+                    let first = Reply::new(
+                        "accepted",
+                        &[
+                            ("pid", &pid),
+                            ("dir", &dir.display().to_string()),
+                            ("plan", &plan_field(&plan)),
+                        ],
+                    );
+                    if !spec.wait {
+                        return (first, None);
+                    }
+                    let (reply_tx, reply_rx) = std::sync::mpsc::channel();
+                    let pid2 = pid.clone();
+                    let _ = std::thread::Builder::new()
+                        .name("kinetrace-wait".into())
+                        .spawn(move || {
+                            let reply = match rx.recv() {
+                                Ok(Ok(out)) => Reply::new(
+                                    "done",
+                                    &[
+                                        ("pid", &pid2),
+                                        (
+                                            "path",
+                                            &out.path
+                                                .map(|p| p.display().to_string())
+                                                .unwrap_or_default(),
+                                        ),
+                                        ("events", &out.events.to_string()),
+                                    ],
+                                ),
+                                Ok(Err(e)) => {
+                                    Reply::new("failed", &[("pid", &pid2), ("reason", &e)])
+                                }
+                                Err(_) => Reply::new(
+                                    "failed",
+                                    &[("pid", &pid2), ("reason", "the process ended the capture")],
+                                ),
+                            };
+                            let _ = reply_tx.send(reply);
+                        });
+                    (first, Some(reply_rx))
+                }
+                Err(reason) => (
+                    Reply::new("refused", &[("pid", &pid), ("reason", &reason)]),
+                    None,
+                ),
+            }
+        }
+    }
+}
+
+/// Logs one line through this process's configured log (stderr before profiling started).
+pub fn log(message: &str) {
+    match AUTO.get() {
+        Some(a) => (a.log)(message),
+        None => fallback_log(message),
+    }
+}
+
+/// The libcupti files mapped into this process (per `/proc/self/maps` text).
+pub fn loaded_cupti_paths(maps: &str) -> Vec<PathBuf> {
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter(|p| {
+            p.rsplit('/')
+                .next()
+                .is_some_and(|f| f.starts_with("libcupti.so"))
+        })
+        .fold(Vec::new(), |mut v, p| {
+            if !v.iter().any(|q: &PathBuf| q == Path::new(p)) {
+                v.push(PathBuf::from(p));
+            }
+            v
+        })
+}
