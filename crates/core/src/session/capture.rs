@@ -1,0 +1,222 @@
+//! On-demand captures: what can be asked of a live session, and how the session settles a request.
+
+use std::time::Duration;
+
+use super::*;
+
+/// When an on-demand capture starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaptureStart {
+    /// Now: a step capture includes the current step (from now on); a timed one starts at once.
+    Now,
+    /// At the next step boundary (timed captures: now).
+    NextStep,
+    /// At step `n`, or at the next step boundary if `n` is already past.
+    AtStep(u64),
+    /// This long from now.
+    After(Duration),
+}
+
+/// How long an on-demand capture records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaptureLength {
+    /// This many whole steps (at least 1), each a `ProfilerStep#N` annotation.
+    Steps(u32),
+    /// This much wall time.
+    Duration(Duration),
+}
+
+/// Called once when an on-demand capture ends: the trace written, or why there is none.
+pub type CaptureDone = Box<dyn FnOnce(Result<TraceOutput, String>) + Send>;
+
+/// An on-demand capture for a live session (see [`Session::request_capture`]).
+pub struct CaptureRequest {
+    /// When it starts.
+    pub start: CaptureStart,
+    /// How long it lasts.
+    pub length: CaptureLength,
+    /// Where its trace goes, instead of the session's own sinks.
+    pub sinks: Option<Box<dyn SinkFactory>>,
+    /// Told the outcome when the capture ends.
+    pub on_done: Option<CaptureDone>,
+}
+
+impl CaptureRequest {
+    /// A capture of `length` starting at `start`, written by the session's own sinks.
+    pub fn new(start: CaptureStart, length: CaptureLength) -> Self {
+        CaptureRequest {
+            start,
+            length,
+            sinks: None,
+            on_done: None,
+        }
+    }
+}
+
+/// What an accepted capture will record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CapturePlan {
+    /// Steps `first..=last`.
+    Steps {
+        /// The first recorded step.
+        first: u64,
+        /// The last recorded step.
+        last: u64,
+    },
+    /// `duration` of wall time starting `delay` from the request.
+    Time {
+        /// From the request to the start of recording.
+        delay: Duration,
+        /// Length of the recording.
+        duration: Duration,
+    },
+}
+
+/// Why a capture request was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CaptureRefused {
+    /// A capture is already in progress or pending; the text says which.
+    Busy(String),
+    /// The session stepped aside for another profiler (the reason).
+    SteppedAside(String),
+    /// The session is stopping.
+    Stopped,
+    /// The request itself is invalid (zero steps or duration).
+    Invalid(String),
+}
+
+impl std::fmt::Display for CaptureRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CaptureRefused::Busy(what) => write!(f, "busy: {what}"),
+            CaptureRefused::SteppedAside(why) => write!(f, "profiling is off: {why}"),
+            CaptureRefused::Stopped => write!(f, "the profiler is stopping"),
+            CaptureRefused::Invalid(why) => write!(f, "invalid request: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for CaptureRefused {}
+
+/// A snapshot of a session, for status reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionStatus {
+    /// The current step number.
+    pub step_num: u64,
+    /// The current action.
+    pub action: ProfilerAction,
+    /// The on-demand capture pending or in progress.
+    pub capture: Option<CapturePlan>,
+    /// Traces written so far.
+    pub traces: usize,
+    /// Why the session stepped aside, if it did.
+    pub stepped_aside: Option<String>,
+}
+
+impl State {
+    pub(super) fn log(&self, message: &str) {
+        (self.config.log)(message)
+    }
+
+    pub(super) fn target_action(&self, elapsed: Duration) -> ProfilerAction {
+        if self.stepped_aside.is_some() {
+            return ProfilerAction::None;
+        }
+        match &self.request {
+            Some(ActiveRequest {
+                kind: RequestKind::Steps(s),
+                ..
+            }) => return s.action(self.step_num),
+            Some(ActiveRequest {
+                kind: RequestKind::Time(w, t0),
+                ..
+            }) => return w.action_at(t0.elapsed()),
+            None => {}
+        }
+        match self.config.trigger {
+            Trigger::Always => ProfilerAction::Record,
+            Trigger::Schedule(s) => s.action(self.step_num),
+            Trigger::TimeWindow(w) => w.action_at(elapsed),
+            Trigger::OnDemand => ProfilerAction::None,
+        }
+    }
+
+    /// Whether `step()` moves the action: a step request, or a schedule when no request is active.
+    pub(super) fn step_driven(&self) -> bool {
+        match &self.request {
+            Some(r) => matches!(r.kind, RequestKind::Steps(_)),
+            None => matches!(self.config.trigger, Trigger::Schedule(_)),
+        }
+    }
+
+    /// Whether the collector moves the action as time passes.
+    pub(super) fn time_driven(&self) -> bool {
+        match &self.request {
+            Some(r) => matches!(r.kind, RequestKind::Time(..)),
+            None => matches!(self.config.trigger, Trigger::TimeWindow(_)),
+        }
+    }
+
+    /// Ends the on-demand capture once its window has passed, telling the requester the outcome.
+    pub(super) fn settle_request(&mut self) {
+        let finished = match &self.request {
+            None => return,
+            Some(r) => match &r.kind {
+                RequestKind::Steps(s) => s
+                    .last_active_step()
+                    .is_some_and(|last| self.step_num > last),
+                RequestKind::Time(w, t0) => w.end().is_some_and(|end| t0.elapsed() >= end),
+            },
+        };
+        if finished && self.action == ProfilerAction::None {
+            self.finish_request("nothing was recorded");
+        }
+    }
+
+    /// Ends a capture in progress now (saving it; a warm-up is discarded) and goes idle.
+    pub(super) fn end_capture(&mut self) {
+        self.close_step_span();
+        let exit = commands_on_exit(self.action);
+        self.run(exit);
+        self.action = ProfilerAction::None;
+        // A window still open here (WARMUP exit) is discarded.
+        self.discard_open_windows();
+        recorder::set_active(false);
+    }
+
+    /// Shuts the session down (idempotent): saves a capture in progress, tells a pending request.
+    pub(super) fn close(&mut self) {
+        if self.shutdown {
+            return;
+        }
+        self.shutdown = true;
+        self.end_capture();
+        self.finish_request("the profiler stopped before the capture recorded anything");
+    }
+
+    /// Ends the pending request now, telling it the last trace written or `fallback`.
+    pub(super) fn finish_request(&mut self, fallback: &str) {
+        if let Some(r) = self.request.take() {
+            let result = self
+                .last_result
+                .take()
+                .unwrap_or_else(|| Err(fallback.to_string()));
+            if let Some(done) = r.on_done {
+                done(result);
+            }
+        }
+    }
+}
+
+pub(super) fn describe_plan(plan: &CapturePlan) -> String {
+    match plan {
+        CapturePlan::Steps { first, last } => format!("steps {first}..={last}"),
+        CapturePlan::Time { delay, duration } => {
+            format!(
+                "{} ms after a delay of {} ms",
+                duration.as_millis(),
+                delay.as_millis()
+            )
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! Session behaviour driven through recording sinks.
+
+use super::*;
+use crate::activity::{Activity, Detail};
+use crate::source::TraceMeta;
+use std::sync::mpsc;
+
+/// Sessions are process-wide: these tests take turns (and wait for other modules' sessions).
+static TURN: Mutex<()> = Mutex::new(());
+
+type Traces = Arc<Mutex<Vec<Vec<String>>>>;
+
+struct StepSink {
+    steps: Vec<String>,
+    out: Traces,
+}
+
+impl Sink for StepSink {
+    fn record(&mut self, a: &Activity) -> std::io::Result<()> {
+        if let Detail::UserAnnotation(span) = &a.detail {
+            let name = crate::intern::resolve(span.name).to_string();
+            if name.starts_with("ProfilerStep#") {
+                self.steps.push(name);
+            }
+        }
+        Ok(())
+    }
+    fn finish(self: Box<Self>, meta: &TraceMeta) -> std::io::Result<TraceOutput> {
+        let mut steps = self.steps;
+        steps.sort_by_key(|s| s[13..].parse::<u64>().unwrap_or(0));
+        let events = steps.len() as u64;
+        self.out.lock().unwrap().push(steps);
+        Ok(TraceOutput {
+            path: None,
+            events,
+            cycle: meta.cycle,
+        })
+    }
+}
+
+fn sinks(out: &Traces) -> Box<dyn SinkFactory> {
+    let out = out.clone();
+    Box::new(move |_cycle: u32| -> std::io::Result<Box<dyn Sink>> {
+        Ok(Box::new(StepSink {
+            steps: Vec::new(),
+            out: out.clone(),
+        }))
+    })
+}
+
+fn start(trigger: Trigger, first_step: u64, out: &Traces) -> Session {
+    loop {
+        let config = SessionConfig {
+            trigger,
+            first_step,
+            log: Arc::new(|_| {}),
+            ..SessionConfig::default()
+        };
+        match Session::start(config, Vec::new(), sinks(out), None) {
+            Ok(s) => return s,
+            Err(SessionError::AlreadyRunning) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+fn steps(v: &[u64]) -> Vec<String> {
+    v.iter().map(|n| format!("ProfilerStep#{n}")).collect()
+}
+
+fn with_done(
+    mut r: CaptureRequest,
+) -> (CaptureRequest, mpsc::Receiver<Result<TraceOutput, String>>) {
+    let (tx, rx) = mpsc::channel();
+    r.on_done = Some(Box::new(move |res| {
+        let _ = tx.send(res);
+    }));
+    (r, rx)
+}
+
+#[test]
+fn on_demand_step_capture_records_exactly_the_requested_steps() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Traces::default();
+    let session = start(Trigger::OnDemand, 0, &out);
+    for _ in 0..5 {
+        session.step();
+    }
+    assert_eq!(session.action(), ProfilerAction::None);
+    let (req, done) = with_done(CaptureRequest::new(
+        CaptureStart::NextStep,
+        CaptureLength::Steps(3),
+    ));
+    let plan = session.request_capture(req).unwrap();
+    assert_eq!(plan, CapturePlan::Steps { first: 6, last: 8 });
+    // A second request while one is pending is refused and says why.
+    let again = session.request_capture(CaptureRequest::new(
+        CaptureStart::NextStep,
+        CaptureLength::Steps(1),
+    ));
+    assert!(
+        matches!(&again, Err(CaptureRefused::Busy(m)) if m.contains("steps 6..=8")),
+        "{again:?}"
+    );
+    for _ in 0..3 {
+        session.step();
+        assert!(done.try_recv().is_err(), "done too early");
+    }
+    session.step(); // leaves step 8
+    let result = done.try_recv().expect("told when the capture ended");
+    assert_eq!(result.unwrap().events, 3);
+    assert_eq!(*out.lock().unwrap(), vec![steps(&[6, 7, 8])]);
+    // Idle again: a new request is accepted.
+    let plan = session
+        .request_capture(CaptureRequest::new(
+            CaptureStart::AtStep(2),
+            CaptureLength::Steps(1),
+        ))
+        .unwrap();
+    assert_eq!(
+        plan,
+        CapturePlan::Steps {
+            first: 10,
+            last: 10
+        },
+        "a past step means the next one"
+    );
+    drop(session);
+}
+
+#[test]
+fn capture_now_includes_the_current_step_and_first_step_is_honoured() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Traces::default();
+    let session = start(Trigger::OnDemand, 40, &out);
+    assert_eq!(session.step_num(), 40);
+    let plan = session
+        .request_capture(CaptureRequest::new(
+            CaptureStart::Now,
+            CaptureLength::Steps(2),
+        ))
+        .unwrap();
+    assert_eq!(
+        plan,
+        CapturePlan::Steps {
+            first: 40,
+            last: 41
+        }
+    );
+    assert_eq!(session.action(), ProfilerAction::Record);
+    for _ in 0..4 {
+        session.step();
+    }
+    assert_eq!(session.stop().len(), 1);
+    assert_eq!(*out.lock().unwrap(), vec![steps(&[40, 41])]);
+}
+
+#[test]
+fn timed_capture_ends_by_itself_and_uses_the_request_sinks() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let own = Traces::default();
+    let theirs = Traces::default();
+    let session = start(Trigger::OnDemand, 0, &own);
+    let mut req = CaptureRequest::new(
+        CaptureStart::NextStep,
+        CaptureLength::Duration(Duration::from_millis(60)),
+    );
+    req.sinks = Some(sinks(&theirs));
+    let (req, done) = with_done(req);
+    session.request_capture(req).unwrap();
+    assert!(session.action().is_recording());
+    session.step();
+    let result = done
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the collector ends the window");
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(session.action(), ProfilerAction::None);
+    assert!(own.lock().unwrap().is_empty());
+    assert_eq!(theirs.lock().unwrap().len(), 1);
+    assert_eq!(session.status().capture, None);
+}
+
+#[test]
+fn always_sessions_refuse_and_zero_lengths_are_invalid() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Traces::default();
+    let session = start(Trigger::Always, 0, &out);
+    let r = session.request_capture(CaptureRequest::new(
+        CaptureStart::Now,
+        CaptureLength::Steps(1),
+    ));
+    assert!(
+        matches!(&r, Err(CaptureRefused::Busy(m)) if m.contains("whole run")),
+        "{r:?}"
+    );
+    drop(session);
+    let session = start(Trigger::OnDemand, 0, &out);
+    let r = session.request_capture(CaptureRequest::new(
+        CaptureStart::Now,
+        CaptureLength::Steps(0),
+    ));
+    assert!(matches!(r, Err(CaptureRefused::Invalid(_))));
+    let r = session.request_capture(CaptureRequest::new(
+        CaptureStart::Now,
+        CaptureLength::Duration(Duration::ZERO),
+    ));
+    assert!(matches!(r, Err(CaptureRefused::Invalid(_))));
+}
+
+#[test]
+fn stepping_aside_saves_the_partial_capture_and_refuses_more() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Traces::default();
+    let session = start(Trigger::OnDemand, 0, &out);
+    let (req, done) = with_done(CaptureRequest::new(
+        CaptureStart::Now,
+        CaptureLength::Steps(5),
+    ));
+    session.request_capture(req).unwrap();
+    session.step();
+    session.step_aside("torch.profiler took over CUPTI");
+    assert!(
+        done.try_recv().unwrap().is_ok(),
+        "the partial capture is saved"
+    );
+    assert_eq!(*out.lock().unwrap(), vec![steps(&[0, 1])]);
+    assert_eq!(session.action(), ProfilerAction::None);
+    let r = session.request_capture(CaptureRequest::new(
+        CaptureStart::Now,
+        CaptureLength::Steps(1),
+    ));
+    assert!(matches!(&r, Err(CaptureRefused::SteppedAside(m)) if m.contains("torch.profiler")));
+    assert!(session.status().stepped_aside.is_some());
+}
+
+#[test]
+fn close_saves_the_capture_in_progress_and_drop_after_close_is_fine() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Traces::default();
+    let session = start(Trigger::OnDemand, 0, &out);
+    let (req, done) = with_done(CaptureRequest::new(
+        CaptureStart::Now,
+        CaptureLength::Steps(10),
+    ));
+    session.request_capture(req).unwrap();
+    session.step();
+    let written = session.close();
+    assert_eq!(written.len(), 1);
+    assert!(done.try_recv().unwrap().is_ok());
+    assert_eq!(
+        session.request_capture(CaptureRequest::new(
+            CaptureStart::Now,
+            CaptureLength::Steps(1)
+        )),
+        Err(CaptureRefused::Stopped)
+    );
+    drop(session);
+    // The process-wide slot was given back.
+    let again = start(Trigger::OnDemand, 0, &out);
+    drop(again);
+}
