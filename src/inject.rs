@@ -59,6 +59,10 @@ static START: Mutex<()> = Mutex::new(());
 static AUTO: OnceLock<Auto> = OnceLock::new();
 static SELF_PATH: OnceLock<PathBuf> = OnceLock::new();
 static PEER_UID: OnceLock<PeerUid> = OnceLock::new();
+/// `KINETRACE_STEP_NVTX`, read when the first NVTX instance attaches (`None`: NVTX marks nothing).
+static NVTX_PATTERN: OnceLock<Option<String>> = OnceLock::new();
+/// A range matching the pattern was seen (Relaxed: a flag).
+static NVTX_SEEN: AtomicBool = AtomicBool::new(false);
 
 struct Auto {
     session: Session,
@@ -118,6 +122,44 @@ pub fn step() -> Install {
     install
 }
 
+/// An NVTX instance is initialising its injection (`InitializeInjectionNvtx2`): whether NVTX ranges
+/// mark steps here (`KINETRACE_STEP_NVTX`), so the shim attaches its range callbacks. Reads the
+/// configuration once per process; a malformed one is reported now (one message, profiling off).
+pub fn nvtx_attach() -> bool {
+    let pattern = NVTX_PATTERN.get_or_init(|| {
+        let vars: Vec<(String, String)> = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect();
+        match Config::from_vars(&vars, |p| std::fs::read_to_string(p)) {
+            Ok(c) => c.step_nvtx,
+            Err(_) => {
+                // start() fails the same way and says why, once.
+                let _ = ensure_started(false);
+                None
+            }
+        }
+    });
+    pattern.is_some() && !matches!(STATE.load(Ordering::Acquire), FORKED | OFF)
+}
+
+/// An NVTX range was pushed or started with this message. If it matches `KINETRACE_STEP_NVTX` it
+/// marks a step boundary: the first match begins step 0 (starting profiling if nothing has), each
+/// later one ends the current step and begins the next, so `ProfilerStep#N` is the N-th matching
+/// range, 0-based, the numbering the optimizer hook gives iterations.
+pub fn nvtx_range(message: &str) -> Install {
+    let Some(Some(pattern)) = NVTX_PATTERN.get() else {
+        return Install::default();
+    };
+    if !crate::config::glob_matches(pattern, message) {
+        return Install::default();
+    }
+    if NVTX_SEEN.swap(true, Ordering::Relaxed) {
+        step()
+    } else {
+        ensure_started(false)
+    }
+}
+
 /// Whether this process is profiling (running, not forked off or stepped aside).
 pub fn is_running() -> bool {
     STATE.load(Ordering::Acquire) == RUNNING
@@ -175,6 +217,14 @@ pub fn at_exit() {
     let spawned = std::thread::Builder::new()
         .name("kinetrace-exit".into())
         .spawn(move || {
+            // Test hook (outside the KINETRACE_ key space on purpose): a slow save, so the exit
+            // budget can be tested without depending on how fast this machine writes.
+            if let Some(ms) = std::env::var("_KINETRACE_TEST_EXIT_DELAY_MS")
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+            {
+                std::thread::sleep(Duration::from_millis(ms));
+            }
             let written = a.session.close();
             let _ = tx.send(written);
         });
@@ -360,6 +410,10 @@ fn start(with_cuda: bool) -> Result<Option<Auto>, String> {
     let sinks = trace_dir(&root, &worker, config.gzip);
     let session = Session::start(session_config, sources, Box::new(sinks), None)
         .map_err(|e| format!("{e}{off}"))?;
+    if !with_cuda {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        log(no_cuda_message(&maps));
+    }
     if let Some(r) = request {
         if let Err(e) = session.request_capture(r) {
             log(&format!("the configured window cannot start: {e}"));
@@ -637,6 +691,27 @@ pub fn log(message: &str) {
     }
 }
 
+/// The one line logged when profiling starts at a step before CUDA initialised: no driver loaded
+/// (a CPU-only run, or a machine without NVIDIA's driver), or CUDA loaded but not yet initialised.
+/// Either way the process is profiled, CPU activity only until CUDA initialises.
+pub fn no_cuda_message(maps: &str) -> &'static str {
+    let driver_loaded = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .any(|p| {
+            p.rsplit('/')
+                .next()
+                .is_some_and(|f| f.starts_with("libcuda.so"))
+        });
+    if driver_loaded {
+        "profiling started at a step before CUDA initialised: the trace holds CPU activity until it \
+         does"
+    } else {
+        "no CUDA driver in this process: profiling CPU activity only (steps, annotations); GPU \
+         activity is added if CUDA initialises later"
+    }
+}
+
 /// The libcupti files mapped into this process (per `/proc/self/maps` text).
 pub fn loaded_cupti_paths(maps: &str) -> Vec<PathBuf> {
     maps.lines()
@@ -652,4 +727,24 @@ pub fn loaded_cupti_paths(maps: &str) -> Vec<PathBuf> {
             }
             v
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_no_cuda_line_says_whether_the_driver_is_loaded() {
+        let cpu = "7f0000000000-7f0000001000 r-xp 00000000 08:01 42 /usr/lib/libc.so.6\n\
+                   7f0000002000-7f0000003000 r-xp 00000000 08:01 43 /opt/nvidia/cu13/lib/libcupti.so.13\n";
+        assert!(no_cuda_message(cpu).starts_with("no CUDA driver in this process"));
+        let gpu = format!(
+            "{cpu}7f0000004000-7f0000005000 r-xp 00000000 08:01 44 /usr/lib/x86_64-linux-gnu/libcuda.so.580.65.06\n"
+        );
+        assert!(no_cuda_message(&gpu).starts_with("profiling started at a step before CUDA"));
+        assert_eq!(
+            loaded_cupti_paths(cpu),
+            vec![PathBuf::from("/opt/nvidia/cu13/lib/libcupti.so.13")]
+        );
+    }
 }

@@ -37,7 +37,8 @@ mkdir -p "$OUT"
 # data, and the enums it needs as integer constants. Nothing else.
 TYPES='CUpti_Activity|CUpti_ActivityKernel(8|9|10|11|12|13)|CUpti_ActivityMemcpy(5|6|7)|CUpti_ActivityMemcpyPtoP4'
 TYPES+='|CUpti_ActivityMemset(4|5)|CUpti_ActivityAPI|CUpti_ActivitySynchronization2?|CUpti_ActivityMemory(3|4)'
-TYPES+='|CUpti_ActivityMemoryPool(2|3)|CUpti_ActivityExternalCorrelation|CUpti_ActivityOverhead3?'
+TYPES+='|CUpti_ActivityMemoryPool(2|3)|CUpti_ActivityExternalCorrelation|CUpti_ActivityOverhead[23]?'
+TYPES+='|CUpti_ActivityDevice(4|5|6)|CUpti_ActivityContext[234]?|CUpti_ActivityCudaEvent[23]?'
 TYPES+='|CUpti_ActivityMarker2|CUpti_ActivityName|CUpti_CallbackData|CUpti_CallbackFunc'
 TYPES+='|CUpti_BuffersCallbackRequestFunc|CUpti_BuffersCallbackCompleteFunc|CUpti_SubscriberHandle'
 TYPES+='|CUpti_CallbackId|CUpti_TimestampCallbackFunc'
@@ -45,7 +46,7 @@ TYPES+='|CUptiResult|CUpti_ActivityKind|CUpti_ActivityFlag|CUpti_ActivityAttribu
 TYPES+='|CUpti_ApiCallbackSite|CUpti_ExternalCorrelationKind|CUpti_ActivityMemcpyKind|CUpti_ActivityMemoryKind'
 TYPES+='|CUpti_ActivitySynchronizationType|CUpti_ActivityMemoryOperationType|CUpti_ActivityThreadIdType'
 TYPES+='|CUpti_ActivityOverheadKind|CUpti_ActivityLaunchType|CUpti_ActivityMemoryPoolOperationType'
-TYPES+='|CUpti_ActivityObjectKind|CUpti_ActivityFlag'
+TYPES+='|CUpti_ActivityObjectKind|CUpti_ActivityFlag|CUpti_ActivityMemoryPoolType'
 
 gen() { # gen <cupti include dir> <out file> <label>
   local inc="$1" out="$2" label="$3"

@@ -82,6 +82,9 @@ pub struct RecordArgs {
     /// Do not install the PyTorch optimizer step hook (for jobs that call kinetrace.step()).
     #[arg(long)]
     pub no_optimizer_hook: bool,
+    /// NVTX ranges whose message matches this glob (`*`, `?`) mark steps, e.g. 'train_step*'.
+    #[arg(long, value_name = "GLOB")]
+    pub step_nvtx: Option<String>,
     /// Write the profiled processes' messages to this file instead of stderr.
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
@@ -166,6 +169,7 @@ impl RecordArgs {
             "KINETRACE_OPTIMIZER_HOOK",
             self.no_optimizer_hook.then(|| "0".into()),
         );
+        opt("KINETRACE_STEP_NVTX", self.step_nvtx);
         opt(
             "KINETRACE_LOG",
             self.log.map(|p| abs(&cwd, &p).display().to_string()),
@@ -418,7 +422,17 @@ fn report(plan: &RecordPlan) {
                 crate::cli::Command::Analyze(a) => a.plan(),
                 _ => bail!("internal: not an analyze command"),
             })
-            .and_then(crate::analyze::run_analyze);
+            .map(|a| {
+                // On stderr, like the listing: the command's stdout stays exactly its own.
+                let (files, problems) = kinetrace_analysis::discover(&a.paths);
+                let report = kinetrace_analysis::analyze(&files, problems, &a.options, &|_| {});
+                for p in &report.problems {
+                    eprintln!("kinetrace: skipped {p}");
+                }
+                if report.analysed_any() {
+                    eprint!("{}", crate::text::render(&report, &a.analyses, a.top));
+                }
+            });
         if let Err(e) = summary {
             eprintln!("kinetrace: no summary: {e:#}");
         }
@@ -490,6 +504,8 @@ mod tests {
                 "0,8",
                 "--gzip",
                 "--memory",
+                "--step-nvtx",
+                "train_step*",
                 "-o",
                 "out",
                 "--",
@@ -510,6 +526,7 @@ mod tests {
         assert_eq!(get(&p, "KINETRACE_RANKS"), Some("0,8"));
         assert_eq!(get(&p, "KINETRACE_GZIP"), Some("1"));
         assert_eq!(get(&p, "KINETRACE_MEMORY"), Some("1"));
+        assert_eq!(get(&p, "KINETRACE_STEP_NVTX"), Some("train_step*"));
         assert_eq!(get(&p, "KINETRACE_OUTPUT_DIR"), Some("/work/out"));
         assert_eq!(get(&p, "KINETRACE_WHOLE_RUN"), None);
         assert!(p.remove.contains(&"KINETRACE_DURATION".to_string()));

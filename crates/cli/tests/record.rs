@@ -164,10 +164,10 @@ fn record_each_window_mode_and_pass_the_exit_code_through() {
         let o = w.record(&opts, &["8", "--cuda", "--exit-code", "3"]);
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(3), "{opts:?}: {err}");
-        assert!(
-            text(&o.stdout).starts_with("fake_train: done 8 steps\n"),
-            "{}",
-            text(&o.stdout)
+        assert_eq!(
+            text(&o.stdout),
+            "fake_train: done 8 steps\n",
+            "the command's stdout, and nothing else"
         );
         let traces = w.traces();
         assert_eq!(traces.len(), 1, "{opts:?}: {err}");
@@ -178,9 +178,8 @@ fn record_each_window_mode_and_pass_the_exit_code_through() {
             "the listing names the file: {err}"
         );
         assert!(
-            text(&o.stdout).contains("Steps per rank"),
-            "the summary: {}",
-            text(&o.stdout)
+            err.contains("Steps per rank"),
+            "the summary, on stderr: {err}"
         );
     }
     // A timed window and the whole run (the default).
@@ -200,7 +199,7 @@ fn record_each_window_mode_and_pass_the_exit_code_through() {
     let o = w.record(&["--no-summary"], &["4", "--cuda"]);
     assert_eq!(o.status.code(), Some(0));
     assert_eq!(steps(&w.traces()[0]).1, vec![0, 1, 2, 3]);
-    assert!(!text(&o.stdout).contains("Steps per rank"));
+    assert!(!text(&o.stderr).contains("Steps per rank"));
 }
 
 #[test]

@@ -29,7 +29,9 @@ mod source;
 pub mod version;
 
 pub use result::CuptiError;
-pub use source::{kinds_for, pool_stats, CuptiConfig, CuptiSource, LibraryInfo};
+pub use source::{
+    kinds_for, pool_stats, struct_size_mismatches, CuptiConfig, CuptiSource, LibraryInfo, LogHook,
+};
 pub use version::{Layout, Release};
 
 /// The raw bindings, for tests and tools that need the vendor structs.

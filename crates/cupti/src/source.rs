@@ -2,11 +2,13 @@
 //! callbacks for `External id` linking, and decodes completed buffers on the collector thread.
 
 use std::ffi::c_void;
+use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kinetrace_core::activity::{Activity, ActivitySet, ActivityType};
+use kinetrace_core::activity::{Activity, ActivitySet, ActivityType, DeviceProperties};
 use kinetrace_core::recorder;
 use kinetrace_core::source::{ActivitySource, SourceError};
 use kinetrace_cupti_sys::v13 as sys;
@@ -26,6 +28,24 @@ static POOL: BufferPool = BufferPool::new();
 /// Counters of the process-wide activity-buffer pool.
 pub fn pool_stats() -> crate::pool::PoolStats {
     POOL.stats()
+}
+
+/// Where the source's own one-line messages go (problems that do not stop recording, so they are
+/// not a [`SourceError`]).
+#[derive(Clone)]
+pub struct LogHook(pub Arc<dyn Fn(&str) + Send + Sync>);
+
+impl LogHook {
+    /// A hook calling `f` with each line.
+    pub fn new(f: impl Fn(&str) + Send + Sync + 'static) -> LogHook {
+        LogHook(Arc::new(f))
+    }
+}
+
+impl fmt::Debug for LogHook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LogHook(..)")
+    }
 }
 
 /// Settings for [`CuptiSource`].
@@ -49,6 +69,8 @@ pub struct CuptiConfig {
     pub late_buffer_wait: Duration,
     /// Call `cuptiFinalize` when the source is dropped, so the job runs at full speed afterwards.
     pub finalize_on_drop: bool,
+    /// Where one-line warnings go (`None`: standard error, prefixed `kinetrace: `).
+    pub log: Option<LogHook>,
 }
 
 impl Default for CuptiConfig {
@@ -63,6 +85,7 @@ impl Default for CuptiConfig {
             nvtx_injection: true,
             late_buffer_wait: Duration::from_millis(100),
             finalize_on_drop: true,
+            log: None,
         }
     }
 }
@@ -101,6 +124,9 @@ struct Live {
     subscribe_error: Option<CuptiError>,
     enabled: Vec<u32>,
     kind_errors: Vec<(u32, CuptiError)>,
+    /// Kinds not enabled because `cuptiActivityGetStructSize` disagreed with the layout table:
+    /// (kind, size the library reports, size the table expects).
+    refused: Vec<(u32, usize, usize)>,
     flush_error: Option<CuptiError>,
     cupti_dropped: u64,
     discarded: u64,
@@ -174,6 +200,7 @@ impl CuptiSource {
             subscribe_error: None,
             enabled: Vec::new(),
             kind_errors: Vec::new(),
+            refused: Vec::new(),
             flush_error: None,
             cupti_dropped: 0,
             discarded: 0,
@@ -210,14 +237,48 @@ pub fn kinds_for(activities: ActivitySet) -> Vec<u32> {
     add(ActivityType::Memset, &[kinds::MEMSET]);
     add(ActivityType::Runtime, &[kinds::RUNTIME]);
     add(ActivityType::Driver, &[kinds::DRIVER]);
-    add(ActivityType::Sync, &[kinds::SYNCHRONIZATION]);
+    // CUDA_EVENT tells which stream and `cudaEventRecord` an event sync waits on.
+    add(
+        ActivityType::Sync,
+        &[kinds::SYNCHRONIZATION, kinds::CUDA_EVENT],
+    );
     add(ActivityType::Overhead, &[kinds::OVERHEAD]);
     add(ActivityType::Memory, &[kinds::MEMORY2, kinds::MEMORY_POOL]);
     add(ActivityType::Marker, &[kinds::MARKER]);
     if !v.is_empty() {
-        v.push(kinds::EXTERNAL_CORRELATION);
+        // DEVICE for the trace's deviceProperties, CONTEXT for the context → device map.
+        v.extend_from_slice(&[kinds::EXTERNAL_CORRELATION, kinds::DEVICE, kinds::CONTEXT]);
     }
     v
+}
+
+/// Kinds (from `kinds`) whose record size, as `cuptiActivityGetStructSize` reports it, the decoders
+/// must not trust: `(kind, reported, expected)`. A release this build knows must report exactly the
+/// layout table's size; a newer one may have grown a kind (records only append) but never below
+/// the base layout the decoders read. `size_of` answers the library's query (`None`: it could not
+/// say, e.g. before 13.2).
+pub fn struct_size_mismatches(
+    release: Release,
+    kinds: &[u32],
+    mut size_of: impl FnMut(u32) -> Option<usize>,
+) -> Vec<(u32, usize, usize)> {
+    let table = release.layout();
+    let base = Release::V11_8.layout();
+    let known = release <= NEWEST_KNOWN;
+    let mut out = Vec::new();
+    for &kind in kinds {
+        let (Some(expected), Some(min)) = (table.size_of_kind(kind), base.size_of_kind(kind))
+        else {
+            continue;
+        };
+        let Some(reported) = size_of(kind) else {
+            continue;
+        };
+        if reported < min || (known && reported != expected) {
+            out.push((kind, reported, expected));
+        }
+    }
+    out
 }
 
 impl Live {
@@ -287,9 +348,43 @@ impl Live {
             std::env::set_var("NVTX_INJECTION64_PATH", &self.info.path);
         }
         self.kind_errors.clear();
-        for kind in kinds_for(activities) {
+        let wanted = kinds_for(activities);
+        self.refused = match c.cuptiActivityGetStructSize {
+            Some(f) => struct_size_mismatches(self.info.release, &wanted, |kind| {
+                let mut size = 0usize;
+                // SAFETY: `size` is a valid out-pointer; version 0 asks about this library.
+                (unsafe { f(kind, 0, &mut size) } == 0).then_some(size)
+            }),
+            None => Vec::new(),
+        };
+        if !self.refused.is_empty() {
+            let list: Vec<String> = self
+                .refused
+                .iter()
+                .map(|(k, got, want)| format!("kind {k} is {got} B, expected {want} B"))
+                .collect();
+            let line = format!(
+                "cupti: cuptiActivityGetStructSize disagrees with the record layouts of CUPTI {} ({}); not recording those kinds",
+                self.info.release,
+                list.join(", ")
+            );
+            match &config.log {
+                Some(h) => (h.0)(&line),
+                None => eprintln!("kinetrace: {line}"),
+            }
+        }
+        for kind in wanted {
+            if self.refused.iter().any(|(k, _, _)| *k == kind) {
+                continue;
+            }
+            let enable = match c.cuptiActivityEnableAndDump {
+                // Devices and contexts that exist already (CUDA initialised before the window)
+                // only get records through EnableAndDump.
+                Some(f) if kind == kinds::DEVICE || kind == kinds::CONTEXT => f,
+                _ => c.cuptiActivityEnable,
+            };
             // SAFETY: plain value argument.
-            match unsafe { (c.cuptiActivityEnable)(kind) }.result() {
+            match unsafe { enable(kind) }.result() {
                 Ok(()) => self.enabled.push(kind),
                 Err(e) if kind == kinds::CONCURRENT_KERNEL || self.enabled.is_empty() => {
                     self.disable_kinds();
@@ -593,6 +688,24 @@ impl ActivitySource for CuptiSource {
                         .collect();
                     m.push(("cupti_kinds_failed".into(), v.join("; ")));
                 }
+                if !l.refused.is_empty() {
+                    let v: Vec<String> = l
+                        .refused
+                        .iter()
+                        .map(|(k, got, want)| format!("kind {k}: {got} B, expected {want} B"))
+                        .collect();
+                    m.push(("cupti_kinds_refused".into(), v.join("; ")));
+                }
+                let p = l.decoder.pool_stats();
+                if p.records > 0 {
+                    m.push((
+                        "cupti_memory_pools".into(),
+                        format!(
+                            "{} records: {} created, {} trimmed, {} destroyed; {} live pools, {} bytes (peak {})",
+                            p.records, p.created, p.trimmed, p.destroyed, p.live, p.live_bytes, p.peak_bytes
+                        ),
+                    ));
+                }
                 if let Some(e) = l.flush_error {
                     m.push(("cupti_flush".into(), format!("failed: {e}")));
                 }
@@ -605,6 +718,13 @@ impl ActivitySource for CuptiSource {
             }
         }
         m
+    }
+
+    fn device_properties(&self) -> Vec<DeviceProperties> {
+        match &self.state {
+            State::Live(l) => l.decoder.device_properties().to_vec(),
+            State::Off { .. } => Vec::new(),
+        }
     }
 
     fn enable(&mut self, activities: ActivitySet) -> Result<(), SourceError> {

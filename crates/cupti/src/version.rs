@@ -127,11 +127,35 @@ impl Release {
             external_correlation: size_of::<v12::CUpti_ActivityExternalCorrelation>(),
             overhead: if at_least(12, 4) {
                 size_of::<v12::CUpti_ActivityOverhead3>()
+            } else if at_least(12, 3) {
+                size_of::<v12::CUpti_ActivityOverhead2>()
             } else {
-                // Overhead2 (12.3, 48 B) is not in the bindings; 12.3 is read with the v1 prefix.
-                size_of::<v12::CUpti_ActivityOverhead>() + if at_least(12, 3) { 8 } else { 0 }
+                size_of::<v12::CUpti_ActivityOverhead>()
             },
             marker: size_of::<v12::CUpti_ActivityMarker2>(),
+            device: if at_least(13, 2) {
+                size_of::<v13::CUpti_ActivityDevice6>()
+            } else if at_least(12, 2) {
+                size_of::<v12::CUpti_ActivityDevice5>()
+            } else {
+                size_of::<v12::CUpti_ActivityDevice4>()
+            },
+            context: if at_least(13, 1) {
+                size_of::<v13::CUpti_ActivityContext4>()
+            } else if at_least(12, 5) {
+                size_of::<v12::CUpti_ActivityContext3>()
+            } else if at_least(12, 4) {
+                size_of::<v12::CUpti_ActivityContext2>()
+            } else {
+                size_of::<v12::CUpti_ActivityContext>()
+            },
+            cuda_event: if at_least(13, 5) {
+                size_of::<v13::CUpti_ActivityCudaEvent3>()
+            } else if at_least(12, 8) {
+                size_of::<v12::CUpti_ActivityCudaEvent2>()
+            } else {
+                size_of::<v12::CUpti_ActivityCudaEvent>()
+            },
         }
     }
 }
@@ -152,6 +176,9 @@ pub struct Layout {
     pub external_correlation: usize,
     pub overhead: usize,
     pub marker: usize,
+    pub device: usize,
+    pub context: usize,
+    pub cuda_event: usize,
 }
 
 impl Layout {
@@ -171,6 +198,9 @@ impl Layout {
             EXTERNAL_CORRELATION => self.external_correlation,
             OVERHEAD => self.overhead,
             MARKER => self.marker,
+            DEVICE => self.device,
+            CONTEXT => self.context,
+            CUDA_EVENT => self.cuda_event,
             _ => return None,
         })
     }
@@ -217,6 +247,52 @@ mod tests {
     }
 
     #[test]
+    fn intermediate_12_x_releases_follow_the_research_table() {
+        // (cuptiGetVersion, kernel, memcpy, sync, memory2, overhead, device, context, cuda_event)
+        // from the research notes' §1.2/§1.4 (structs each 12.x wheel writes).
+        let rows = [
+            (18, 208, 88, 40, 120, 40, 176, 16, 24), // 12.0 / 12.1 (libcupti.so.12)
+            (20, 208, 88, 40, 120, 40, 184, 16, 24), // 12.2: Device5
+            (21, 208, 88, 40, 120, 48, 184, 16, 24), // 12.3: Overhead2
+            (22, 208, 88, 40, 120, 56, 184, 24, 24), // 12.4: Overhead3, Context2
+            (23, 208, 88, 40, 120, 56, 184, 32, 24), // 12.5: Context3
+            (24, 208, 88, 40, 128, 56, 184, 32, 24), // 12.6: Memory4
+            (26, 208, 96, 56, 128, 56, 184, 32, 56), // 12.8: Memcpy6, Synchronization2, CudaEvent2
+            (28, 208, 96, 56, 128, 56, 184, 32, 56), // 12.9
+        ];
+        for (v, kernel, memcpy, sync, memory, overhead, device, context, event) in rows {
+            let l = Release::from_api_version(v, "libcupti.so.12")
+                .unwrap()
+                .layout();
+            assert_eq!(
+                (
+                    l.kernel,
+                    l.memcpy,
+                    l.sync,
+                    l.memory,
+                    l.overhead,
+                    l.device,
+                    l.context,
+                    l.cuda_event
+                ),
+                (kernel, memcpy, sync, memory, overhead, device, context, event),
+                "cuptiGetVersion {v}"
+            );
+            assert_eq!((l.memset, l.memory_pool), (88, 72), "cuptiGetVersion {v}");
+        }
+        let l = Release::V11_8.layout();
+        assert_eq!((l.device, l.context, l.cuda_event), (176, 16, 24));
+        let l = Release::from_api_version(130101, "libcupti.so.13")
+            .unwrap()
+            .layout();
+        assert_eq!((l.device, l.context, l.cuda_event), (184, 40, 56));
+        let l = Release::from_api_version(130202, "libcupti.so.13")
+            .unwrap()
+            .layout();
+        assert_eq!((l.kernel, l.device, l.context), (224, 192, 40));
+    }
+
+    #[test]
     fn sizes_follow_the_research_table() {
         let l = Release::V11_8.layout();
         assert_eq!(
@@ -252,6 +328,7 @@ mod tests {
             (l.api, l.memcpy_p2p, l.external_correlation, l.marker),
             (40, 96, 24, 56)
         );
+        assert_eq!((l.device, l.context, l.cuda_event), (192, 40, 80));
         // A release newer than this build is read with the newest layout we know.
         assert_eq!(
             Release {

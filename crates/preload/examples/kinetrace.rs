@@ -1,9 +1,12 @@
 //! `libkinetrace.so` built again as an example: `cargo test -p kinetrace-preload` builds examples
 //! but not a cdylib-only library, so the tests load this fresh copy. Same source as the library.
 
+#[path = "../src/nvtx.rs"]
+mod nvtx;
 #[path = "../src/shim.rs"]
 mod shim;
 
+pub use nvtx::InitializeInjectionNvtx2;
 pub use shim::{
     cuptiActivityRegisterCallbacks, kinetrace_is_active, kinetrace_step, InitializeInjection,
 };

@@ -10,6 +10,8 @@ dormant until CUDA initialises or a step is reported, then one session per proce
 
 Exports:
 - `InitializeInjection()`: the CUDA driver's injection entry point.
+- `InitializeInjectionNvtx2()`: the NVTX injection entry point (`NVTX_INJECTION64_PATH`, which the
+  constructor sets when `KINETRACE_STEP_NVTX` is): matching NVTX ranges mark steps.
 - `kinetrace_step()`: marks a step (iteration) boundary; the Python module calls it.
 - `kinetrace_is_active()`: 1 while this process profiles.
 - `cuptiActivityRegisterCallbacks`: interposes the CUPTI call torch.profiler's Kineto makes when it
@@ -17,8 +19,10 @@ Exports:
 */
 #![deny(missing_docs)]
 
+mod nvtx;
 mod shim;
 
+pub use nvtx::InitializeInjectionNvtx2;
 pub use shim::{
     cuptiActivityRegisterCallbacks, kinetrace_is_active, kinetrace_step, InitializeInjection,
 };

@@ -21,15 +21,20 @@ extern "C" fn on_load() {
             inject::set_library_path(me.clone());
         }
         inject::set_peer_uid(peer_uid);
-        if std::env::var_os("CUDA_INJECTION64_PATH").is_none_or(|v| v.is_empty()) {
-            if let Some(c) =
-                me.and_then(|p| CString::new(p.into_os_string().into_encoded_bytes()).ok())
-            {
+        let unset = |name: &str| std::env::var_os(name).is_none_or(|v| v.is_empty());
+        let me = me.and_then(|p| CString::new(p.into_os_string().into_encoded_bytes()).ok());
+        if let Some(c) = &me {
+            if unset("CUDA_INJECTION64_PATH") {
                 // SAFETY: both arguments are NUL-terminated strings that outlive the call. Constructors
                 // run while the loader holds its lock, before `main` and before any thread of ours;
                 // a job thread reading the environment concurrently is the only hazard, and glibc's
                 // setenv takes its own lock.
                 unsafe { libc::setenv(c"CUDA_INJECTION64_PATH".as_ptr(), c.as_ptr(), 0) };
+            }
+            // NVTX ranges as steps: NVTX reads this at its first call, so it must be set now.
+            if !unset("KINETRACE_STEP_NVTX") && unset("NVTX_INJECTION64_PATH") {
+                // SAFETY: as above.
+                unsafe { libc::setenv(c"NVTX_INJECTION64_PATH".as_ptr(), c.as_ptr(), 0) };
             }
         }
         // SAFETY: registers a plain `extern "C"` function; no handler runs before or in the parent.
@@ -84,6 +89,10 @@ fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
 static ATEXIT_DONE: AtomicBool = AtomicBool::new(false);
 
 /// Installs what a call that started profiling asked for.
+pub(crate) fn install_after(what: inject::Install) {
+    install(what)
+}
+
 fn install(what: inject::Install) {
     if what.atexit && !ATEXIT_DONE.swap(true, Ordering::AcqRel) {
         // SAFETY: registers a plain `extern "C"` function that never unwinds.

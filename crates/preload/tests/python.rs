@@ -73,6 +73,13 @@ fn the_optimizer_hook_counts_iterations_without_code_changes() {
         vec![2, 3],
         "a CPU-only trace of iterations 2 and 3"
     );
+    // The no-driver path: one line saying so, nothing else.
+    let log = w.log_text();
+    assert_eq!(log.lines().count(), 1, "{log}");
+    assert!(
+        log.contains("no CUDA driver in this process: profiling CPU activity only"),
+        "{log}"
+    );
 
     // KINETRACE_OPTIMIZER_HOOK=0: no hook, no steps, no profiling at all (no CUDA either).
     let w = World::new();

@@ -12,8 +12,8 @@ Record layouts differ between CUPTI generations, so there is one module per gene
 
 | module | generated from | current record structs (older ones kept for older libraries) |
 |---|---|---|
-| [`v12`] | `nvidia-cuda-cupti-cu12` 12.9.79 | Kernel9, Memcpy6, Memset4, Synchronization2, Memory4, MemoryPool2, Overhead3 (+ Kernel8, Memcpy5, Synchronization, Memory3, Overhead for 11.8) |
-| [`v13`] | `nvidia-cuda-cupti` 13.5.25 | Kernel10–13, Memcpy7, Memset5, MemoryPool3 (+ every v12 struct, from its deprecated header) |
+| [`v12`] | `nvidia-cuda-cupti-cu12` 12.9.79 | Kernel9, Memcpy6, Memset4, Synchronization2, Memory4, MemoryPool2, Overhead3, Device5, Context3, CudaEvent2 (+ Kernel8, Memcpy5, Synchronization, Memory3, Overhead, Overhead2, Device4, Context, Context2, CudaEvent for 11.8 – 12.8) |
+| [`v13`] | `nvidia-cuda-cupti` 13.5.25 | Kernel10–13, Memcpy7, Memset5, MemoryPool3, Device6, Context4, CudaEvent3 (+ every v12 struct, from its deprecated header) |
 
 Enum values, result codes and callback ids are identical in both (checked by a test); use them from
 [`v13`]. The callback-id name tables are in [`cbid`].

@@ -154,6 +154,9 @@ function_table! {
         cuptiActivityEnableDriverApi(CUpti_CallbackId, u8);
         /// `cuptiActivityGetStructSize(kind, version, &size)` (13.2+).
         cuptiActivityGetStructSize(CUpti_ActivityKind, u32, *mut usize);
+        /// `cuptiActivityEnableAndDump(kind)`: enable, and emit records for resources (devices,
+        /// contexts, streams) that already exist.
+        cuptiActivityEnableAndDump(CUpti_ActivityKind);
     }
 }
 

@@ -21,6 +21,28 @@ macro_rules! layout {
     (@c $f:ident) => { stringify!($f) };
 }
 
+/// The DEVICE record fields the decoder reads (same offsets in Device4, Device5, Device6).
+macro_rules! device {
+    ($m:ident :: $t:ident) => {
+        layout!($m::$t {
+            kind,
+            globalMemorySize,
+            numThreadsPerWarp,
+            numMultiprocessors,
+            maxWarpsPerMultiprocessor,
+            maxSharedMemoryPerMultiprocessor,
+            maxRegistersPerMultiprocessor,
+            maxRegistersPerBlock,
+            maxSharedMemoryPerBlock,
+            maxThreadsPerBlock,
+            computeCapabilityMajor,
+            computeCapabilityMinor,
+            id,
+            name
+        })
+    };
+}
+
 fn kernel_fields() -> Vec<Layout> {
     macro_rules! k {
         ($m:ident :: $t:ident) => {
@@ -133,9 +155,29 @@ fn common() -> Vec<Layout> {
             domain
         }),
         layout!(v12::CUpti_ActivityMemoryPool2 {
+            memoryPoolOperationType,
+            memoryPoolType,
             correlationId,
+            processId,
+            deviceId,
             address,
-            timestamp
+            size,
+            releaseThreshold,
+            timestamp,
+            utilizedSize
+        }),
+        device!(v12::CUpti_ActivityDevice4),
+        layout!(v12::CUpti_ActivityContext {
+            contextId,
+            deviceId,
+            computeApiKind,
+            nullStreamId
+        }),
+        layout!(v12::CUpti_ActivityCudaEvent {
+            correlationId,
+            contextId,
+            streamId,
+            eventId
         }),
         layout!(v12::CUpti_CallbackData {
             callbackSite,
@@ -173,6 +215,39 @@ fn since_12_9() -> Vec<Layout> {
             start,
             end
         }),
+        layout!(v12::CUpti_ActivityOverhead2 {
+            overheadKind,
+            start,
+            end,
+            correlationId
+        }),
+        device!(v12::CUpti_ActivityDevice5),
+        layout!(v12::CUpti_ActivityContext2 {
+            contextId,
+            deviceId,
+            parentContextId,
+            isGreenContext
+        }),
+        layout!(v12::CUpti_ActivityContext3 {
+            contextId,
+            deviceId,
+            numMultiprocessors
+        }),
+        layout!(v12::CUpti_ActivityCudaEvent2 {
+            correlationId,
+            contextId,
+            streamId,
+            eventId,
+            deviceId,
+            cudaEventSyncId
+        }),
+        layout!(v12::CUpti_ActivitySynchronization2 {
+            type_ => "type",
+            contextId,
+            streamId,
+            cudaEventSyncId,
+            returnValue
+        }),
     ]
 }
 
@@ -196,10 +271,19 @@ fn since_13_1() -> Vec<Layout> {
             priority
         }),
         layout!(v13::CUpti_ActivityMemoryPool3 {
+            memoryPoolOperationType,
             correlationId,
+            deviceId,
             address,
+            size,
             timestamp,
+            utilizedSize,
             isManagedPool
+        }),
+        layout!(v13::CUpti_ActivityContext4 {
+            contextId,
+            deviceId,
+            processId
         }),
     ]
 }
@@ -232,6 +316,14 @@ fn since_13_5() -> Vec<Layout> {
             deviceId,
             streamId,
             correlationId,
+            graphId
+        }),
+        device!(v13::CUpti_ActivityDevice6),
+        layout!(v13::CUpti_ActivityCudaEvent3 {
+            correlationId,
+            contextId,
+            streamId,
+            eventId,
             graphId
         }),
         layout!(v13::CUpti_ActivityMemset5 {

@@ -147,6 +147,33 @@ impl Fake {
         // SAFETY: the fake's entry point, called with plain values / valid pointers.
         unsafe { f(kind, stream) }
     }
+    pub fn sync_on(&self, kind: u32, stream: u32, event: u32, context: u32) -> u32 {
+        let f = sym!(
+            self,
+            b"fake_cupti_sync_on\0",
+            unsafe extern "C" fn(u32, u32, u32, u32) -> u32
+        );
+        // SAFETY: the fake's entry point, called with plain values.
+        unsafe { f(kind, stream, event, context) }
+    }
+    pub fn event_record(&self, event: u32, stream: u32) -> u32 {
+        let f = sym!(
+            self,
+            b"fake_cupti_event_record\0",
+            unsafe extern "C" fn(u32, u32) -> u32
+        );
+        // SAFETY: the fake's entry point, called with plain values.
+        unsafe { f(event, stream) }
+    }
+    pub fn mempool(&self, op: u32, address: u64, size: u64) -> u32 {
+        let f = sym!(
+            self,
+            b"fake_cupti_mempool\0",
+            unsafe extern "C" fn(u32, u64, u64) -> u32
+        );
+        // SAFETY: the fake's entry point, called with plain values.
+        unsafe { f(op, address, size) }
+    }
     pub fn malloc(&self, addr: u64, bytes: u64) -> u32 {
         let f = sym!(
             self,

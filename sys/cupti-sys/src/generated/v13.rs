@@ -503,6 +503,12 @@ pub struct CUctx_st {
     _unused: [u8; 0],
 }
 pub type CUcontext = *mut CUctx_st;
+#[repr(C)]
+#[derive(Default, Copy, Clone)]
+pub struct CUuuid_st {
+    pub bytes: [::core::ffi::c_char; 16usize],
+}
+pub type CUuuid = CUuuid_st;
 pub const CU_ACCESS_PROPERTY_NORMAL: CUaccessProperty_enum = 0;
 pub const CU_ACCESS_PROPERTY_STREAMING: CUaccessProperty_enum = 1;
 pub const CU_ACCESS_PROPERTY_PERSISTING: CUaccessProperty_enum = 2;
@@ -844,6 +850,11 @@ pub const CUPTI_CHANNEL_TYPE_ASYNC_MEMCPY: CUpti_ChannelType = 2;
 pub const CUPTI_CHANNEL_TYPE_DECOMP: CUpti_ChannelType = 3;
 pub const CUPTI_CHANNEL_TYPE_FORCE_INT: CUpti_ChannelType = 2147483647;
 pub type CUpti_ChannelType = ::core::ffi::c_uint;
+pub const CUPTI_CONTEXT_CIG_MODE_NONE: CUpti_ContextCigMode = 0;
+pub const CUPTI_CONTEXT_CIG_MODE_CIG: CUpti_ContextCigMode = 1;
+pub const CUPTI_CONTEXT_CIG_MODE_CIG_FALLBACK: CUpti_ContextCigMode = 2;
+pub const CUPTI_CONTEXT_CIG_MODE_FORCE_INT: CUpti_ContextCigMode = 2147483647;
+pub type CUpti_ContextCigMode = ::core::ffi::c_uint;
 #[repr(C)]
 #[repr(align(8))]
 #[derive(Copy, Clone)]
@@ -1263,6 +1274,84 @@ impl Default for CUpti_ActivityAPI {
 }
 #[repr(C, packed(8))]
 #[derive(Copy, Clone)]
+pub struct CUpti_ActivityDevice6 {
+    pub kind: CUpti_ActivityKind,
+    pub flags: CUpti_ActivityFlag,
+    pub globalMemoryBandwidth: u64,
+    pub globalMemorySize: u64,
+    pub constantMemorySize: u32,
+    pub l2CacheSize: u32,
+    pub numThreadsPerWarp: u32,
+    pub coreClockRate: u32,
+    pub numMemcpyEngines: u32,
+    pub numMultiprocessors: u32,
+    pub maxIPC: u32,
+    pub maxWarpsPerMultiprocessor: u32,
+    pub maxBlocksPerMultiprocessor: u32,
+    pub maxSharedMemoryPerMultiprocessor: u32,
+    pub maxRegistersPerMultiprocessor: u32,
+    pub maxRegistersPerBlock: u32,
+    pub maxSharedMemoryPerBlock: u32,
+    pub maxThreadsPerBlock: u32,
+    pub maxBlockDimX: u32,
+    pub maxBlockDimY: u32,
+    pub maxBlockDimZ: u32,
+    pub maxGridDimX: u32,
+    pub maxGridDimY: u32,
+    pub maxGridDimZ: u32,
+    pub computeCapabilityMajor: u32,
+    pub computeCapabilityMinor: u32,
+    pub id: u32,
+    pub eccEnabled: u32,
+    pub uuid: CUuuid,
+    pub name: *const ::core::ffi::c_char,
+    pub isCudaVisible: u8,
+    pub isMigEnabled: u8,
+    pub reserved: [u8; 6usize],
+    pub gpuInstanceId: u32,
+    pub computeInstanceId: u32,
+    pub migUuid: CUuuid,
+    pub isNumaNode: u32,
+    pub numaId: u32,
+    pub numTpcs: u32,
+    pub reserved0: u32,
+}
+impl Default for CUpti_ActivityDevice6 {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C, packed(8))]
+#[derive(Copy, Clone)]
+pub struct CUpti_ActivityContext4 {
+    pub kind: CUpti_ActivityKind,
+    pub contextId: u32,
+    pub deviceId: u32,
+    pub computeApiKind: u16,
+    pub nullStreamId: u16,
+    pub parentContextId: u32,
+    pub isGreenContext: u8,
+    pub padding: u8,
+    pub numMultiprocessors: u16,
+    pub cigMode: CUpti_ContextCigMode,
+    pub padding2: u32,
+    pub processId: u64,
+}
+impl Default for CUpti_ActivityContext4 {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C, packed(8))]
+#[derive(Copy, Clone)]
 pub struct CUpti_ActivityName {
     pub kind: CUpti_ActivityKind,
     pub objectKind: CUpti_ActivityObjectKind,
@@ -1315,6 +1404,34 @@ pub struct CUpti_ActivityOverhead3 {
     pub overheadData: *mut ::core::ffi::c_void,
 }
 impl Default for CUpti_ActivityOverhead3 {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C, packed(8))]
+#[derive(Copy, Clone)]
+pub struct CUpti_ActivityCudaEvent3 {
+    pub kind: CUpti_ActivityKind,
+    pub correlationId: u32,
+    pub contextId: u32,
+    pub streamId: u32,
+    pub eventId: u32,
+    pub pad: u32,
+    pub deviceId: u32,
+    pub pad2: u32,
+    pub reserved0: *mut ::core::ffi::c_void,
+    pub deviceTimestamp: u64,
+    pub cudaEventSyncId: u64,
+    pub graphNodeId: u64,
+    pub graphId: u32,
+    pub sourceGraphId: u32,
+    pub sourceGraphNodeId: u64,
+}
+impl Default for CUpti_ActivityCudaEvent3 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
         unsafe {
@@ -1431,6 +1548,127 @@ pub struct CUpti_ActivityOverhead {
     pub end: u64,
 }
 impl Default for CUpti_ActivityOverhead {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C, packed(8))]
+#[derive(Copy, Clone)]
+pub struct CUpti_ActivityOverhead2 {
+    pub kind: CUpti_ActivityKind,
+    pub overheadKind: CUpti_ActivityOverheadKind,
+    pub objectKind: CUpti_ActivityObjectKind,
+    pub objectId: CUpti_ActivityObjectKindId,
+    pub start: u64,
+    pub end: u64,
+    pub correlationId: u32,
+    pub reserved0: u32,
+}
+impl Default for CUpti_ActivityOverhead2 {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C, packed(8))]
+#[derive(Copy, Clone)]
+pub struct CUpti_ActivityDevice4 {
+    pub kind: CUpti_ActivityKind,
+    pub flags: CUpti_ActivityFlag,
+    pub globalMemoryBandwidth: u64,
+    pub globalMemorySize: u64,
+    pub constantMemorySize: u32,
+    pub l2CacheSize: u32,
+    pub numThreadsPerWarp: u32,
+    pub coreClockRate: u32,
+    pub numMemcpyEngines: u32,
+    pub numMultiprocessors: u32,
+    pub maxIPC: u32,
+    pub maxWarpsPerMultiprocessor: u32,
+    pub maxBlocksPerMultiprocessor: u32,
+    pub maxSharedMemoryPerMultiprocessor: u32,
+    pub maxRegistersPerMultiprocessor: u32,
+    pub maxRegistersPerBlock: u32,
+    pub maxSharedMemoryPerBlock: u32,
+    pub maxThreadsPerBlock: u32,
+    pub maxBlockDimX: u32,
+    pub maxBlockDimY: u32,
+    pub maxBlockDimZ: u32,
+    pub maxGridDimX: u32,
+    pub maxGridDimY: u32,
+    pub maxGridDimZ: u32,
+    pub computeCapabilityMajor: u32,
+    pub computeCapabilityMinor: u32,
+    pub id: u32,
+    pub eccEnabled: u32,
+    pub uuid: CUuuid,
+    pub name: *const ::core::ffi::c_char,
+    pub isCudaVisible: u8,
+    pub isMigEnabled: u8,
+    pub reserved: [u8; 6usize],
+    pub gpuInstanceId: u32,
+    pub computeInstanceId: u32,
+    pub migUuid: CUuuid,
+}
+impl Default for CUpti_ActivityDevice4 {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C, packed(8))]
+#[derive(Copy, Clone)]
+pub struct CUpti_ActivityDevice5 {
+    pub kind: CUpti_ActivityKind,
+    pub flags: CUpti_ActivityFlag,
+    pub globalMemoryBandwidth: u64,
+    pub globalMemorySize: u64,
+    pub constantMemorySize: u32,
+    pub l2CacheSize: u32,
+    pub numThreadsPerWarp: u32,
+    pub coreClockRate: u32,
+    pub numMemcpyEngines: u32,
+    pub numMultiprocessors: u32,
+    pub maxIPC: u32,
+    pub maxWarpsPerMultiprocessor: u32,
+    pub maxBlocksPerMultiprocessor: u32,
+    pub maxSharedMemoryPerMultiprocessor: u32,
+    pub maxRegistersPerMultiprocessor: u32,
+    pub maxRegistersPerBlock: u32,
+    pub maxSharedMemoryPerBlock: u32,
+    pub maxThreadsPerBlock: u32,
+    pub maxBlockDimX: u32,
+    pub maxBlockDimY: u32,
+    pub maxBlockDimZ: u32,
+    pub maxGridDimX: u32,
+    pub maxGridDimY: u32,
+    pub maxGridDimZ: u32,
+    pub computeCapabilityMajor: u32,
+    pub computeCapabilityMinor: u32,
+    pub id: u32,
+    pub eccEnabled: u32,
+    pub uuid: CUuuid,
+    pub name: *const ::core::ffi::c_char,
+    pub isCudaVisible: u8,
+    pub isMigEnabled: u8,
+    pub reserved: [u8; 6usize],
+    pub gpuInstanceId: u32,
+    pub computeInstanceId: u32,
+    pub migUuid: CUuuid,
+    pub isNumaNode: u32,
+    pub numaId: u32,
+}
+impl Default for CUpti_ActivityDevice5 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
         unsafe {
@@ -2386,6 +2624,117 @@ pub struct CUpti_ActivityMemoryPool2 {
     pub utilizedSize: u64,
 }
 impl Default for CUpti_ActivityMemoryPool2 {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[repr(align(8))]
+#[derive(Copy, Clone)]
+pub struct CUpti_ActivityContext {
+    pub kind: CUpti_ActivityKind,
+    pub contextId: u32,
+    pub deviceId: u32,
+    pub computeApiKind: u16,
+    pub nullStreamId: u16,
+}
+impl Default for CUpti_ActivityContext {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[repr(align(8))]
+#[derive(Copy, Clone)]
+pub struct CUpti_ActivityContext2 {
+    pub kind: CUpti_ActivityKind,
+    pub contextId: u32,
+    pub deviceId: u32,
+    pub computeApiKind: u16,
+    pub nullStreamId: u16,
+    pub parentContextId: u32,
+    pub isGreenContext: u8,
+    pub padding: u8,
+    pub numMultiprocessors: u16,
+}
+impl Default for CUpti_ActivityContext2 {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[repr(align(8))]
+#[derive(Copy, Clone)]
+pub struct CUpti_ActivityContext3 {
+    pub kind: CUpti_ActivityKind,
+    pub contextId: u32,
+    pub deviceId: u32,
+    pub computeApiKind: u16,
+    pub nullStreamId: u16,
+    pub parentContextId: u32,
+    pub isGreenContext: u8,
+    pub padding: u8,
+    pub numMultiprocessors: u16,
+    pub cigMode: CUpti_ContextCigMode,
+    pub padding2: u32,
+}
+impl Default for CUpti_ActivityContext3 {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[repr(align(8))]
+#[derive(Copy, Clone)]
+pub struct CUpti_ActivityCudaEvent {
+    pub kind: CUpti_ActivityKind,
+    pub correlationId: u32,
+    pub contextId: u32,
+    pub streamId: u32,
+    pub eventId: u32,
+    pub pad: u32,
+}
+impl Default for CUpti_ActivityCudaEvent {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C, packed(8))]
+#[derive(Copy, Clone)]
+pub struct CUpti_ActivityCudaEvent2 {
+    pub kind: CUpti_ActivityKind,
+    pub correlationId: u32,
+    pub contextId: u32,
+    pub streamId: u32,
+    pub eventId: u32,
+    pub pad: u32,
+    pub deviceId: u32,
+    pub pad2: u32,
+    pub reserved0: *mut ::core::ffi::c_void,
+    pub deviceTimestamp: u64,
+    pub cudaEventSyncId: u64,
+}
+impl Default for CUpti_ActivityCudaEvent2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
         unsafe {

@@ -1,9 +1,19 @@
 /*!
 A fake `libcupti` for tests (never shipped). It implements the CUPTI entry points kinetrace calls,
-reports the version chosen by `FAKE_CUPTI_VERSION` (18 = 11.8, 28 = 12.9, 130001 = 13.0,
-130500 = 13.5; default 28), and writes records with the **real struct layouts of that release**
-(the bindgen structs of `kinetrace-cupti-sys`) into buffers obtained through the registered request
-callback, completing them through the completion callback when full (rollover) or flushed.
+reports the version chosen by `FAKE_CUPTI_VERSION` (18 = 11.8, 20 = 12.2, 21 = 12.3, 22 = 12.4,
+23 = 12.5, 24 = 12.6, 26 = 12.8, 27/28 = 12.9, `xxyyzz` = 13.yy from 130000; default 28), and
+writes records with the **real struct layouts of that release** (the bindgen structs of
+`kinetrace-cupti-sys`, chosen per kind by the research table of which struct each release writes)
+into buffers obtained through the registered request callback, completing them through the
+completion callback when full (rollover) or flushed.
+
+The simulated machine has two devices (0 and 1) with one context each (1 on device 0, 2 on device
+1). The driver initialises at the first CUDA call: DEVICE records are written then if DEVICE is
+enabled, and CONTEXT records when a context is first used if CONTEXT is enabled; later,
+`cuptiActivityEnableAndDump` writes records for the devices and contexts that exist (as CUPTI does).
+The first launch of each kernel name writes a lazy-function-loading OVERHEAD record.
+`cuptiActivityGetStructSize` answers from the same table for 13.2+ (`CUPTI_ERROR_NOT_SUPPORTED`
+before: real libraries before 13.2 do not export it).
 
 Workloads are driven by the test through `fake_cupti_*` entry points that behave like CUDA calls made
 on the calling thread: API enter/exit callbacks to the subscriber, external-correlation records for
@@ -17,6 +27,8 @@ Fault injection (environment, read once):
   `cuptiActivityGetNumDroppedRecords`.
 - `FAKE_CUPTI_SUBSCRIBE_REFUSED=1` — `cuptiSubscribe` answers 39 (another profiler is present).
 - `FAKE_CUPTI_LATE_MS=N` — completed buffers are handed back from another thread N ms later.
+- `FAKE_CUPTI_WRONG_STRUCT_SIZE=KIND` — `cuptiActivityGetStructSize` reports 8 bytes more than the
+  real size for that kind (records are still written in the real layout).
 
 It also exports `cuDriverGetVersion`, so tests can point kinetrace's driver check at this file.
 */
@@ -44,22 +56,38 @@ const MULTIPLE_SUBSCRIBERS: u32 = 39;
 const UNKNOWN_KIND: u32 = 59;
 const UNKNOWN_KIND_SIZE: usize = 40;
 
+/// The release the fake impersonates: (CUDA major, minor).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
-enum Gen {
-    V11_8,
-    V12_9,
-    V13_0,
-    V13_5,
+struct Rel(u32, u32);
+
+fn release_of(version: u32) -> Rel {
+    match version {
+        18 => Rel(11, 8),
+        20 => Rel(12, 2),
+        21 => Rel(12, 3),
+        22 => Rel(12, 4),
+        23 => Rel(12, 5),
+        24 => Rel(12, 6),
+        26 => Rel(12, 8),
+        v if v >= 130000 => Rel(v / 10_000, (v / 100) % 100),
+        _ => Rel(12, 9),
+    }
+}
+
+/// Whether the impersonated release is `major.minor` or newer.
+fn at_least(major: u32, minor: u32) -> bool {
+    config().rel >= Rel(major, minor)
 }
 
 struct Config {
     version: u32,
-    gen: Gen,
+    rel: Rel,
     fail: Vec<String>,
     fail_code: u32,
     drop_every: u64,
     subscribe_refused: bool,
     late: Option<Duration>,
+    wrong_struct_size: Option<u32>,
 }
 
 fn config() -> &'static Config {
@@ -69,15 +97,9 @@ fn config() -> &'static Config {
         let version = env("FAKE_CUPTI_VERSION")
             .and_then(|v| v.parse().ok())
             .unwrap_or(28);
-        let gen = match version {
-            v if v >= 130400 => Gen::V13_5,
-            v if v >= 130000 => Gen::V13_0,
-            18 => Gen::V11_8,
-            _ => Gen::V12_9,
-        };
         Config {
             version,
-            gen,
+            rel: release_of(version),
             fail: env("FAKE_CUPTI_FAIL")
                 .map(|s| s.split(',').map(|x| x.trim().to_string()).collect())
                 .unwrap_or_default(),
@@ -91,6 +113,7 @@ fn config() -> &'static Config {
             late: env("FAKE_CUPTI_LATE_MS")
                 .and_then(|v| v.parse().ok())
                 .map(Duration::from_millis),
+            wrong_struct_size: env("FAKE_CUPTI_WRONG_STRUCT_SIZE").and_then(|v| v.parse().ok()),
         }
     })
 }
@@ -122,6 +145,12 @@ struct State {
     stream_free: HashMap<u32, u64>,
     names: HashMap<String, &'static CStr>,
     thread_id_type: u32,
+    /// The driver initialised (first CUDA call).
+    driver_initialized: bool,
+    /// Contexts created so far.
+    contexts: Vec<u32>,
+    /// Kernel names launched so far (the first launch of each loads the function lazily).
+    loaded_functions: std::collections::HashSet<String>,
 }
 
 fn state() -> MutexGuard<'static, State> {
@@ -302,6 +331,8 @@ fn api_call(
     let mut done = Vec::new();
     {
         let mut s = state();
+        init_driver(&mut s, &mut done);
+        ensure_context(&mut s, 1, &mut done);
         // One external-correlation record per kind with a pushed id on this thread (top of stack).
         let tops: Vec<(u32, u64)> = EXTERNAL.with(|e| {
             let e = e.borrow();
@@ -358,31 +389,99 @@ fn gpu_slot(s: &mut State, stream: u32, launch: u64, dur: u64) -> (u64, u64) {
     (start, end)
 }
 
-macro_rules! kernel_record {
-    ($t:ty, $s:expr, $corr:expr, $name:expr, $stream:expr, $start:expr, $end:expr, $graph:expr, $node:expr) => {{
-        let mut k: $t = Default::default();
-        k.kind = v13::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
-        k.registersPerThread = 32;
-        k.start = $start;
-        k.end = $end;
-        k.completed = $end;
-        k.deviceId = 0;
-        k.contextId = 1;
-        k.streamId = $stream;
-        k.gridX = 64;
-        k.gridY = 2;
-        k.gridZ = 1;
-        k.blockX = 128;
-        k.blockY = 1;
-        k.blockZ = 1;
-        k.staticSharedMemory = 1024;
-        k.dynamicSharedMemory = 512;
-        k.correlationId = $corr;
-        k.name = $name;
-        k.graphNodeId = $node;
-        k.graphId = $graph;
-        bytes_of(&k).to_vec()
-    }};
+/// Expands `$m!(Struct)` with the record struct the impersonated release writes for a kind
+/// (the research table: CUPTI always writes its newest struct for each kind).
+macro_rules! by_release {
+    (kernel, $m:ident) => {
+        if at_least(13, 4) {
+            $m!(v13::CUpti_ActivityKernel13)
+        } else if at_least(13, 3) {
+            $m!(v13::CUpti_ActivityKernel12)
+        } else if at_least(13, 1) {
+            $m!(v13::CUpti_ActivityKernel11)
+        } else if at_least(13, 0) {
+            $m!(v13::CUpti_ActivityKernel10)
+        } else if at_least(12, 0) {
+            $m!(v12::CUpti_ActivityKernel9)
+        } else {
+            $m!(v12::CUpti_ActivityKernel8)
+        }
+    };
+    (memcpy, $m:ident) => {
+        if at_least(13, 4) {
+            $m!(v13::CUpti_ActivityMemcpy7)
+        } else if at_least(12, 8) {
+            $m!(v12::CUpti_ActivityMemcpy6)
+        } else {
+            $m!(v12::CUpti_ActivityMemcpy5)
+        }
+    };
+    (memset, $m:ident) => {
+        if at_least(13, 4) {
+            $m!(v13::CUpti_ActivityMemset5)
+        } else {
+            $m!(v12::CUpti_ActivityMemset4)
+        }
+    };
+    (sync, $m:ident) => {
+        if at_least(12, 8) {
+            $m!(v12::CUpti_ActivitySynchronization2)
+        } else {
+            $m!(v12::CUpti_ActivitySynchronization)
+        }
+    };
+    (memory, $m:ident) => {
+        if at_least(12, 6) {
+            $m!(v12::CUpti_ActivityMemory4)
+        } else {
+            $m!(v12::CUpti_ActivityMemory3)
+        }
+    };
+    (memory_pool, $m:ident) => {
+        if at_least(13, 0) {
+            $m!(v13::CUpti_ActivityMemoryPool3)
+        } else {
+            $m!(v12::CUpti_ActivityMemoryPool2)
+        }
+    };
+    (overhead, $m:ident) => {
+        if at_least(12, 4) {
+            $m!(v12::CUpti_ActivityOverhead3)
+        } else if at_least(12, 3) {
+            $m!(v12::CUpti_ActivityOverhead2)
+        } else {
+            $m!(v12::CUpti_ActivityOverhead)
+        }
+    };
+    (device, $m:ident) => {
+        if at_least(13, 2) {
+            $m!(v13::CUpti_ActivityDevice6)
+        } else if at_least(12, 2) {
+            $m!(v12::CUpti_ActivityDevice5)
+        } else {
+            $m!(v12::CUpti_ActivityDevice4)
+        }
+    };
+    (context, $m:ident) => {
+        if at_least(13, 1) {
+            $m!(v13::CUpti_ActivityContext4)
+        } else if at_least(12, 5) {
+            $m!(v12::CUpti_ActivityContext3)
+        } else if at_least(12, 4) {
+            $m!(v12::CUpti_ActivityContext2)
+        } else {
+            $m!(v12::CUpti_ActivityContext)
+        }
+    };
+    (cuda_event, $m:ident) => {
+        if at_least(13, 5) {
+            $m!(v13::CUpti_ActivityCudaEvent3)
+        } else if at_least(12, 8) {
+            $m!(v12::CUpti_ActivityCudaEvent2)
+        } else {
+            $m!(v12::CUpti_ActivityCudaEvent)
+        }
+    };
 }
 
 fn kernel_bytes(
@@ -394,71 +493,33 @@ fn kernel_bytes(
     graph: u32,
     node: u64,
 ) -> Vec<u8> {
-    match config().gen {
-        Gen::V11_8 => kernel_record!(
-            v12::CUpti_ActivityKernel8,
-            s,
-            corr,
-            name,
-            stream,
-            start,
-            end,
-            graph,
-            node
-        ),
-        Gen::V12_9 => kernel_record!(
-            v12::CUpti_ActivityKernel9,
-            s,
-            corr,
-            name,
-            stream,
-            start,
-            end,
-            graph,
-            node
-        ),
-        Gen::V13_0 => kernel_record!(
-            v13::CUpti_ActivityKernel10,
-            s,
-            corr,
-            name,
-            stream,
-            start,
-            end,
-            graph,
-            node
-        ),
-        Gen::V13_5 => kernel_record!(
-            v13::CUpti_ActivityKernel13,
-            s,
-            corr,
-            name,
-            stream,
-            start,
-            end,
-            graph,
-            node
-        ),
+    macro_rules! kernel {
+        ($t:ty) => {{
+            let mut k: $t = Default::default();
+            k.kind = v13::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+            k.registersPerThread = 32;
+            k.start = start;
+            k.end = end;
+            k.completed = end;
+            k.deviceId = 0;
+            k.contextId = 1;
+            k.streamId = stream;
+            k.gridX = 64;
+            k.gridY = 2;
+            k.gridZ = 1;
+            k.blockX = 128;
+            k.blockY = 1;
+            k.blockZ = 1;
+            k.staticSharedMemory = 1024;
+            k.dynamicSharedMemory = 512;
+            k.correlationId = corr;
+            k.name = name;
+            k.graphNodeId = node;
+            k.graphId = graph;
+            bytes_of(&k).to_vec()
+        }};
     }
-}
-
-macro_rules! copy_record {
-    ($t:ty, $corr:expr, $ck:expr, $sk:expr, $dk:expr, $bytes:expr, $stream:expr, $start:expr, $end:expr) => {{
-        let mut m: $t = Default::default();
-        m.kind = v13::CUPTI_ACTIVITY_KIND_MEMCPY;
-        m.copyKind = $ck;
-        m.srcKind = $sk;
-        m.dstKind = $dk;
-        m.flags = 1;
-        m.bytes = $bytes;
-        m.start = $start;
-        m.end = $end;
-        m.deviceId = 0;
-        m.contextId = 1;
-        m.streamId = $stream;
-        m.correlationId = $corr;
-        bytes_of(&m).to_vec()
-    }};
+    by_release!(kernel, kernel)
 }
 
 fn with_cstr(name: *const c_char, default: &str) -> String {
@@ -482,6 +543,7 @@ pub extern "C" fn fake_cupti_launch_kernel(name: *const c_char, stream: u32, dur
         211,
         LAUNCH,
         |s, corr, launch, done| {
+            load_function(s, &name, launch, done);
             let n = intern_name(s, &name);
             let (start, end) = gpu_slot(s, stream, launch, dur_ns);
             write_record(
@@ -491,7 +553,7 @@ pub extern "C" fn fake_cupti_launch_kernel(name: *const c_char, stream: u32, dur
                 done,
             );
             // CUPTI 13.x writes kinds older builds do not know; the reader must step over them.
-            if config().gen >= Gen::V13_0 {
+            if at_least(13, 0) {
                 let mut unknown = [0u8; UNKNOWN_KIND_SIZE];
                 unknown[..4].copy_from_slice(&UNKNOWN_KIND.to_le_bytes());
                 write_record(s, &unknown, false, done);
@@ -509,6 +571,7 @@ pub extern "C" fn fake_cupti_driver_launch(name: *const c_char, stream: u32, dur
         307,
         c"cuLaunchKernel",
         |s, corr, launch, done| {
+            load_function(s, &name, launch, done);
             let n = intern_name(s, &name);
             let (start, end) = gpu_slot(s, stream, launch, dur_ns);
             write_record(
@@ -531,7 +594,9 @@ pub extern "C" fn fake_cupti_graph_launch(graph_id: u32, nodes: u32, stream: u32
         c"cudaGraphLaunch",
         |s, corr, launch, done| {
             for node in 1..=nodes as u64 {
-                let n = intern_name(s, &format!("graph_kernel_{node}"));
+                let name = format!("graph_kernel_{node}");
+                load_function(s, &name, launch, done);
+                let n = intern_name(s, &name);
                 let (start, end) = gpu_slot(s, stream, launch, 2_000);
                 write_record(
                     s,
@@ -565,6 +630,7 @@ pub extern "C" fn fake_cupti_memcpy(
         |s, corr, launch, done| {
             let (start, end) = gpu_slot(s, stream, launch, 1_000 + bytes / 10);
             let rec = if copy_kind == 10 {
+                ensure_context(s, 2, done);
                 let mut m = v12::CUpti_ActivityMemcpyPtoP4 {
                     kind: v13::CUPTI_ACTIVITY_KIND_MEMCPY2,
                     copyKind: 10,
@@ -586,41 +652,25 @@ pub extern "C" fn fake_cupti_memcpy(
                 m.flags = 1;
                 bytes_of(&m).to_vec()
             } else {
-                match config().gen {
-                    Gen::V11_8 => copy_record!(
-                        v12::CUpti_ActivityMemcpy5,
-                        corr,
-                        copy_kind,
-                        src_kind,
-                        dst_kind,
-                        bytes,
-                        stream,
-                        start,
-                        end
-                    ),
-                    Gen::V12_9 | Gen::V13_0 => copy_record!(
-                        v12::CUpti_ActivityMemcpy6,
-                        corr,
-                        copy_kind,
-                        src_kind,
-                        dst_kind,
-                        bytes,
-                        stream,
-                        start,
-                        end
-                    ),
-                    Gen::V13_5 => copy_record!(
-                        v13::CUpti_ActivityMemcpy7,
-                        corr,
-                        copy_kind,
-                        src_kind,
-                        dst_kind,
-                        bytes,
-                        stream,
-                        start,
-                        end
-                    ),
+                macro_rules! copy {
+                    ($t:ty) => {{
+                        let mut m: $t = Default::default();
+                        m.kind = v13::CUPTI_ACTIVITY_KIND_MEMCPY;
+                        m.copyKind = copy_kind;
+                        m.srcKind = src_kind;
+                        m.dstKind = dst_kind;
+                        m.flags = 1;
+                        m.bytes = bytes;
+                        m.start = start;
+                        m.end = end;
+                        m.deviceId = 0;
+                        m.contextId = 1;
+                        m.streamId = stream;
+                        m.correlationId = corr;
+                        bytes_of(&m).to_vec()
+                    }};
                 }
+                by_release!(memcpy, copy)
             };
             write_record(s, &rec, true, done);
         },
@@ -652,19 +702,22 @@ pub extern "C" fn fake_cupti_memset(bytes: u64, stream: u32) -> u32 {
                     bytes_of(&m).to_vec()
                 }};
             }
-            let rec = match config().gen {
-                Gen::V13_5 => set!(v13::CUpti_ActivityMemset5),
-                _ => set!(v12::CUpti_ActivityMemset4),
-            };
+            let rec = by_release!(memset, set);
             write_record(s, &rec, true, done);
         },
     )
 }
 
 /// A synchronization of `sync_type` (1 event sync, 2 stream wait event, 3 stream sync, 4 context
-/// sync) on `stream`.
+/// sync) on `stream` in context 1; event syncs wait on event 7.
 #[no_mangle]
 pub extern "C" fn fake_cupti_sync(sync_type: u32, stream: u32) -> u32 {
+    fake_cupti_sync_on(sync_type, stream, 7, 1)
+}
+
+/// A synchronization of `sync_type` on `stream` of `context`; event syncs (1, 2) wait on `event`.
+#[no_mangle]
+pub extern "C" fn fake_cupti_sync_on(sync_type: u32, stream: u32, event: u32, context: u32) -> u32 {
     let (cbid, name) = match sync_type {
         1 => (137, c"cudaEventSynchronize"),
         2 => (147, c"cudaStreamWaitEvent"),
@@ -676,6 +729,7 @@ pub extern "C" fn fake_cupti_sync(sync_type: u32, stream: u32) -> u32 {
         cbid,
         name,
         |s, corr, launch, done| {
+            ensure_context(s, context, done);
             let end = s
                 .stream_free
                 .get(&stream)
@@ -690,19 +744,175 @@ pub extern "C" fn fake_cupti_sync(sync_type: u32, stream: u32) -> u32 {
                     m.start = launch;
                     m.end = end;
                     m.correlationId = corr;
-                    m.contextId = 1;
+                    m.contextId = context;
                     m.streamId = if sync_type == 4 { u32::MAX } else { stream };
-                    m.cudaEventId = if sync_type <= 2 { 7 } else { u32::MAX };
+                    m.cudaEventId = if sync_type <= 2 { event } else { u32::MAX };
                     bytes_of(&m).to_vec()
                 }};
             }
-            let rec = match config().gen {
-                Gen::V11_8 => sync!(v12::CUpti_ActivitySynchronization),
-                _ => sync!(v12::CUpti_ActivitySynchronization2),
-            };
+            let rec = by_release!(sync, sync);
             write_record(s, &rec, true, done);
         },
     )
+}
+
+/// `cudaEventRecord(event, stream)` in context 1: a CUDA_EVENT record. Returns its correlation id.
+#[no_mangle]
+pub extern "C" fn fake_cupti_event_record(event: u32, stream: u32) -> u32 {
+    api_call(
+        v13::CUPTI_CB_DOMAIN_RUNTIME_API,
+        135,
+        c"cudaEventRecord",
+        |s, corr, _launch, done| {
+            macro_rules! ev {
+                ($t:ty) => {{
+                    let mut e: $t = Default::default();
+                    e.kind = v13::CUPTI_ACTIVITY_KIND_CUDA_EVENT;
+                    e.correlationId = corr;
+                    e.contextId = 1;
+                    e.streamId = stream;
+                    e.eventId = event;
+                    bytes_of(&e).to_vec()
+                }};
+            }
+            let rec = by_release!(cuda_event, ev);
+            write_record(s, &rec, false, done);
+        },
+    )
+}
+
+/// A memory-pool operation (1 `cudaMemPoolCreate`, 2 `cudaMemPoolDestroy`, 3 `cudaMemPoolTrimTo`)
+/// on device 0: a MEMORY_POOL record with the pool's size after it.
+#[no_mangle]
+pub extern "C" fn fake_cupti_mempool(op: u32, address: u64, size: u64) -> u32 {
+    let (cbid, name) = match op {
+        1 => (383, c"cudaMemPoolCreate"),
+        2 => (384, c"cudaMemPoolDestroy"),
+        _ => (377, c"cudaMemPoolTrimTo"),
+    };
+    api_call(
+        v13::CUPTI_CB_DOMAIN_RUNTIME_API,
+        cbid,
+        name,
+        |s, corr, launch, done| {
+            macro_rules! pool {
+                ($t:ty) => {{
+                    let mut p: $t = Default::default();
+                    p.kind = v13::CUPTI_ACTIVITY_KIND_MEMORY_POOL;
+                    p.memoryPoolOperationType = op;
+                    p.memoryPoolType = 1; // LOCAL
+                    p.correlationId = corr;
+                    p.processId = std::process::id();
+                    p.deviceId = 0;
+                    p.address = address;
+                    p.size = size;
+                    p.releaseThreshold = 0;
+                    p.timestamp = launch + 10;
+                    bytes_of(&p).to_vec()
+                }};
+            }
+            let rec = by_release!(memory_pool, pool);
+            write_record(s, &rec, true, done);
+        },
+    )
+}
+
+/// A simulated device: (id, name, compute capability, SMs, global memory).
+type FakeDevice = (u32, &'static CStr, (u32, u32), u32, u64);
+
+/// The simulated devices.
+const DEVICES: [FakeDevice; 2] = [
+    (0, c"Fake H100 80GB HBM3", (9, 0), 132, 80 << 30),
+    (1, c"Fake A100-SXM4-40GB", (8, 0), 108, 40 << 30),
+];
+
+/// Contexts: (context id, device id).
+const CONTEXTS: [(u32, u32); 2] = [(1, 0), (2, 1)];
+
+fn write_devices(s: &mut State, done: &mut Done) {
+    for (id, name, (major, minor), sms, mem) in DEVICES {
+        macro_rules! dev {
+            ($t:ty) => {{
+                let mut d: $t = Default::default();
+                d.kind = v13::CUPTI_ACTIVITY_KIND_DEVICE;
+                d.globalMemorySize = mem;
+                d.numThreadsPerWarp = 32;
+                d.numMultiprocessors = sms;
+                d.maxWarpsPerMultiprocessor = 64;
+                d.maxBlocksPerMultiprocessor = 32;
+                d.maxSharedMemoryPerMultiprocessor = 233_472;
+                d.maxRegistersPerMultiprocessor = 65_536;
+                d.maxRegistersPerBlock = 65_536;
+                d.maxSharedMemoryPerBlock = 49_152;
+                d.maxThreadsPerBlock = 1024;
+                d.computeCapabilityMajor = major;
+                d.computeCapabilityMinor = minor;
+                d.id = id;
+                d.name = name.as_ptr();
+                d.isCudaVisible = 1;
+                bytes_of(&d).to_vec()
+            }};
+        }
+        let rec = by_release!(device, dev);
+        write_record(s, &rec, false, done);
+    }
+}
+
+fn write_context(s: &mut State, context: u32, done: &mut Done) {
+    let device = CONTEXTS
+        .iter()
+        .find(|(c, _)| *c == context)
+        .map_or(0, |(_, d)| *d);
+    macro_rules! ctx {
+        ($t:ty) => {{
+            let mut c: $t = Default::default();
+            c.kind = v13::CUPTI_ACTIVITY_KIND_CONTEXT;
+            c.contextId = context;
+            c.deviceId = device;
+            c.computeApiKind = 1; // CUDA
+            c.nullStreamId = 7;
+            bytes_of(&c).to_vec()
+        }};
+    }
+    let rec = by_release!(context, ctx);
+    write_record(s, &rec, false, done);
+}
+
+/// The driver initialises at the first CUDA call: DEVICE records if DEVICE is enabled by then.
+fn init_driver(s: &mut State, done: &mut Done) {
+    if !s.driver_initialized {
+        s.driver_initialized = true;
+        write_devices(s, done);
+    }
+}
+
+/// A context is created at its first use: a CONTEXT record if CONTEXT is enabled by then.
+fn ensure_context(s: &mut State, context: u32, done: &mut Done) {
+    if !s.contexts.contains(&context) {
+        s.contexts.push(context);
+        write_context(s, context, done);
+    }
+}
+
+/// The first launch of a kernel loads its function lazily: an OVERHEAD record.
+fn load_function(s: &mut State, name: &str, launch: u64, done: &mut Done) {
+    // A set: jobs with many distinct kernels (one per step in the preload tests) must stay linear.
+    if !s.loaded_functions.insert(name.to_string()) {
+        return;
+    }
+    macro_rules! overhead {
+        ($t:ty) => {{
+            let mut o: $t = Default::default();
+            o.kind = v13::CUPTI_ACTIVITY_KIND_OVERHEAD;
+            o.overheadKind = v13::CUPTI_ACTIVITY_OVERHEAD_LAZY_FUNCTION_LOADING;
+            o.objectKind = v13::CUPTI_ACTIVITY_OBJECT_THREAD;
+            o.start = launch;
+            o.end = launch + 200;
+            bytes_of(&o).to_vec()
+        }};
+    }
+    let rec = by_release!(overhead, overhead);
+    write_record(s, &rec, false, done);
 }
 
 fn memory_op(op: u32, address: u64, bytes: u64) -> u32 {
@@ -732,10 +942,7 @@ fn memory_op(op: u32, address: u64, bytes: u64) -> u32 {
                     bytes_of(&m).to_vec()
                 }};
             }
-            let rec = match config().gen {
-                Gen::V11_8 => mem!(v12::CUpti_ActivityMemory3),
-                _ => mem!(v12::CUpti_ActivityMemory4),
-            };
+            let rec = by_release!(memory, mem);
             write_record(s, &rec, true, done);
         },
     )
@@ -862,6 +1069,61 @@ pub extern "C" fn cuptiActivityEnable(kind: u32) -> u32 {
     SUCCESS
 }
 
+/// `cuptiActivityEnableAndDump`: enables `kind` and writes records for the devices / contexts that
+/// already exist.
+#[no_mangle]
+pub extern "C" fn cuptiActivityEnableAndDump(kind: u32) -> u32 {
+    if let Some(c) = fails("cuptiActivityEnableAndDump") {
+        return c;
+    }
+    let mut done = Vec::new();
+    {
+        let mut s = state();
+        if !s.enabled.contains(&kind) {
+            s.enabled.push(kind);
+        }
+        if kind == v13::CUPTI_ACTIVITY_KIND_DEVICE && s.driver_initialized {
+            write_devices(&mut s, &mut done);
+        }
+        if kind == v13::CUPTI_ACTIVITY_KIND_CONTEXT {
+            for c in s.contexts.clone() {
+                write_context(&mut s, c, &mut done);
+            }
+        }
+    }
+    complete_all(done);
+    SUCCESS
+}
+
+/// `cuptiActivityGetStructSize(kind, version, &size)`: the size of the records this release writes
+/// (version 0 only). Real libraries export it from 13.2; before that the fake answers
+/// `CUPTI_ERROR_NOT_SUPPORTED`.
+#[no_mangle]
+pub unsafe extern "C" fn cuptiActivityGetStructSize(
+    kind: u32,
+    version: u32,
+    size: *mut usize,
+) -> u32 {
+    if let Some(c) = fails("cuptiActivityGetStructSize") {
+        return c;
+    }
+    if size.is_null() {
+        return INVALID_PARAMETER;
+    }
+    if !at_least(13, 2) || version != 0 {
+        return v13::CUPTI_ERROR_NOT_SUPPORTED;
+    }
+    let Some(mut n) = record_size(kind).filter(|_| kind != UNKNOWN_KIND) else {
+        return v13::CUPTI_ERROR_INVALID_KIND;
+    };
+    if config().wrong_struct_size == Some(kind) {
+        n += 8;
+    }
+    // SAFETY: non-null out-pointer.
+    unsafe { *size = n };
+    SUCCESS
+}
+
 /// `cuptiActivityDisable`.
 #[no_mangle]
 pub extern "C" fn cuptiActivityDisable(kind: u32) -> u32 {
@@ -883,35 +1145,32 @@ pub extern "C" fn cuptiActivityFlushAll(_flag: u32) -> u32 {
     SUCCESS
 }
 
+/// The size of the records of `kind` the impersonated release writes.
 fn record_size(kind: u32) -> Option<usize> {
-    let g = config().gen;
+    macro_rules! size {
+        ($t:ty) => {
+            size_of::<$t>()
+        };
+    }
     Some(match kind {
-        10 => match g {
-            Gen::V11_8 => size_of::<v12::CUpti_ActivityKernel8>(),
-            Gen::V12_9 => size_of::<v12::CUpti_ActivityKernel9>(),
-            Gen::V13_0 => size_of::<v13::CUpti_ActivityKernel10>(),
-            Gen::V13_5 => size_of::<v13::CUpti_ActivityKernel13>(),
-        },
-        1 => match g {
-            Gen::V11_8 => size_of::<v12::CUpti_ActivityMemcpy5>(),
-            Gen::V12_9 | Gen::V13_0 => size_of::<v12::CUpti_ActivityMemcpy6>(),
-            Gen::V13_5 => size_of::<v13::CUpti_ActivityMemcpy7>(),
-        },
-        22 => size_of::<v12::CUpti_ActivityMemcpyPtoP4>(),
-        2 => match g {
-            Gen::V13_5 => size_of::<v13::CUpti_ActivityMemset5>(),
-            _ => size_of::<v12::CUpti_ActivityMemset4>(),
-        },
-        4 | 5 => size_of::<v12::CUpti_ActivityAPI>(),
-        38 => match g {
-            Gen::V11_8 => size_of::<v12::CUpti_ActivitySynchronization>(),
-            _ => size_of::<v12::CUpti_ActivitySynchronization2>(),
-        },
-        49 => match g {
-            Gen::V11_8 => size_of::<v12::CUpti_ActivityMemory3>(),
-            _ => size_of::<v12::CUpti_ActivityMemory4>(),
-        },
-        39 => size_of::<v12::CUpti_ActivityExternalCorrelation>(),
+        v13::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL => by_release!(kernel, size),
+        v13::CUPTI_ACTIVITY_KIND_MEMCPY => by_release!(memcpy, size),
+        v13::CUPTI_ACTIVITY_KIND_MEMCPY2 => size_of::<v12::CUpti_ActivityMemcpyPtoP4>(),
+        v13::CUPTI_ACTIVITY_KIND_MEMSET => by_release!(memset, size),
+        v13::CUPTI_ACTIVITY_KIND_DRIVER | v13::CUPTI_ACTIVITY_KIND_RUNTIME => {
+            size_of::<v12::CUpti_ActivityAPI>()
+        }
+        v13::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION => by_release!(sync, size),
+        v13::CUPTI_ACTIVITY_KIND_MEMORY2 => by_release!(memory, size),
+        v13::CUPTI_ACTIVITY_KIND_MEMORY_POOL => by_release!(memory_pool, size),
+        v13::CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION => {
+            size_of::<v12::CUpti_ActivityExternalCorrelation>()
+        }
+        v13::CUPTI_ACTIVITY_KIND_OVERHEAD => by_release!(overhead, size),
+        v13::CUPTI_ACTIVITY_KIND_MARKER => size_of::<v12::CUpti_ActivityMarker2>(),
+        v13::CUPTI_ACTIVITY_KIND_DEVICE => by_release!(device, size),
+        v13::CUPTI_ACTIVITY_KIND_CONTEXT => by_release!(context, size),
+        v13::CUPTI_ACTIVITY_KIND_CUDA_EVENT => by_release!(cuda_event, size),
         UNKNOWN_KIND => UNKNOWN_KIND_SIZE,
         _ => return None,
     })

@@ -1,0 +1,257 @@
+//! The key table: every configuration key with its spellings, accepted form, default, meaning
+//! and parser. `docs/config.md` is generated from it (docs.rs).
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::parse::{
+    activities, boolean, duration, path, pos_u32, ranks, schedule, signal, step_pattern,
+    step_range, u64_,
+};
+use super::{Key, LogTarget};
+
+const FORM_POS_INT: &str = "an integer >= 1, such as 3";
+const FORM_NONNEG_INT: &str = "an integer >= 0, such as 10";
+const FORM_BOOL: &str = "1, 0, true or false";
+const FORM_DURATION: &str = "an integer with a unit ms, s or m, such as 500ms or 2s";
+const FORM_PATH: &str = "a non-empty path";
+
+/// Every key, in documentation order.
+pub static KEYS: &[Key] = &[
+    Key {
+        env: Some("KINETO_CONFIG"),
+        kineto: None,
+        form: "the path of a Kineto-style file of KEY=VALUE lines (`#` starts a comment)",
+        default: "none",
+        doc: "Reads the Kineto keys below (and any KINETRACE_ key) from this file; the environment \
+              overrides it.",
+        apply: |l, v| path(v).map(|p| l.kineto_config = Some(p)),
+    },
+    Key {
+        env: Some("KINETRACE_OUTPUT_DIR"),
+        kineto: None,
+        form: FORM_PATH,
+        default: "./kinetrace-traces",
+        doc: "The trace root: each profiled process writes `{host}_{pid}.{time}.pt.trace.json[.gz]` \
+              here. On-demand requests may name directories under it, never outside.",
+        apply: |l, v| path(v).map(|p| l.output_dir = Some(p)),
+    },
+    Key {
+        env: None,
+        kineto: Some("ACTIVITIES_LOG_FILE"),
+        form: "a file path such as /tmp/trace.json",
+        default: "none",
+        doc: "Kineto's output file: traces go to its directory, named `{stem}_{pid}.{time}.pt.trace.json`.",
+        apply: |l, v| path(v).map(|p| l.log_file = Some(p)),
+    },
+    Key {
+        env: Some("KINETRACE_ITERATIONS"),
+        kineto: Some("ACTIVITIES_ITERATIONS"),
+        form: FORM_POS_INT,
+        default: "none (no iteration window)",
+        doc: "Record this many iterations (optimizer steps or explicit step calls) as one trace. \
+              Window key.",
+        apply: |l, v| pos_u32(v).map(|n| l.iterations = Some(n)),
+    },
+    Key {
+        env: Some("KINETRACE_START_ITERATION"),
+        kineto: Some("PROFILE_START_ITERATION"),
+        form: FORM_NONNEG_INT,
+        default: "0",
+        doc: "The first iteration of the iteration window (at once if the process is already past \
+              it). Needs KINETRACE_ITERATIONS.",
+        apply: |l, v| u64_(v).map(|n| l.start_iteration = Some(n)),
+    },
+    Key {
+        env: Some("KINETRACE_STEPS"),
+        kineto: None,
+        form: "FIRST-LAST with FIRST <= LAST, such as 10-20",
+        default: "none",
+        doc: "Record steps FIRST to LAST inclusive (a framework's profile_step_start/end). Window key.",
+        apply: |l, v| step_range(v).map(|r| l.steps = Some(r)),
+    },
+    Key {
+        env: Some("KINETRACE_DURATION"),
+        kineto: None,
+        form: FORM_DURATION,
+        default: "500ms when KINETRACE_DELAY is set, else none",
+        doc: "Record this much wall time as one trace, starting KINETRACE_DELAY after profiling \
+              starts in the process (CUDA initialisation or the first step). Window key.",
+        apply: |l, v| duration(v, false).map(|d| l.duration = Some(d)),
+    },
+    Key {
+        env: Some("KINETRACE_DELAY"),
+        kineto: None,
+        form: "an integer with a unit ms, s or m, such as 30s (0 allowed)",
+        default: "0s",
+        doc: "Wait this long before the timed window. Window key.",
+        apply: |l, v| duration(v, true).map(|d| l.delay = Some(d)),
+    },
+    Key {
+        env: None,
+        kineto: Some("ACTIVITIES_DURATION_MSECS"),
+        form: "an integer number of milliseconds >= 1, such as 500",
+        default: "500 when a timed window is chosen",
+        doc: "Kineto's timed window length. Window key.",
+        apply: |l, v| pos_u32(v).map(|n| l.duration = Some(Duration::from_millis(n.into()))),
+    },
+    Key {
+        env: None,
+        kineto: Some("ACTIVITIES_DURATION_SECS"),
+        form: "an integer number of seconds >= 1, such as 2",
+        default: "none",
+        doc: "Kineto's timed window length in seconds. Window key.",
+        apply: |l, v| pos_u32(v).map(|n| l.duration = Some(Duration::from_secs(n.into()))),
+    },
+    Key {
+        env: None,
+        kineto: Some("ACTIVITIES_WARMUP_PERIOD_SECS"),
+        form: "an integer number of seconds >= 0, such as 5",
+        default: "5 when a timed window is chosen in the file (Kineto's default)",
+        doc: "Kineto's warm-up: the timed window starts this long after profiling starts, with CUPTI \
+              enabled (events discarded) during it. Window key.",
+        apply: |l, v| {
+            u64_(v).map(|n| {
+                l.delay = Some(Duration::from_secs(n));
+                l.warmup_period = true;
+            })
+        },
+    },
+    Key {
+        env: Some("KINETRACE_SCHEDULE"),
+        kineto: None,
+        form: "comma-separated wait=N, warmup=N, active=N (required, >= 1), repeat=N, skip_first=N, \
+               skip_first_wait=0|1, such as wait=1,warmup=1,active=2,repeat=1",
+        default: "none",
+        doc: "A torch.profiler.schedule over steps; one trace per cycle. Window key.",
+        apply: |l, v| schedule(v).map(|s| l.schedule = Some(s)),
+    },
+    Key {
+        env: Some("KINETRACE_WHOLE_RUN"),
+        kineto: None,
+        form: FORM_BOOL,
+        default: "0",
+        doc: "Record from the start of profiling to process exit as one trace (like nsys). Window key.",
+        apply: |l, v| boolean(v).map(|b| l.whole_run = Some(b)),
+    },
+    Key {
+        env: Some("KINETRACE_ACTIVITIES"),
+        kineto: Some("ACTIVITY_TYPES"),
+        form: "a comma-separated list of cpu_op, user_annotation, cuda_runtime, cuda_driver, kernel, \
+               gpu_memcpy, gpu_memset, cuda_sync, cpu_instant_event, marker, overhead (Kineto names \
+               kinetrace does not record, such as python_function, are accepted and have no effect)",
+        default: "all but cpu_instant_event and marker (Kineto's default set)",
+        doc: "Which records to keep.",
+        apply: |l, v| activities(v).map(|a| l.activities = Some(a)),
+    },
+    Key {
+        env: Some("KINETRACE_MEMORY"),
+        kineto: Some("PROFILE_PROFILE_MEMORY"),
+        form: FORM_BOOL,
+        default: "0",
+        doc: "Also record allocations and frees (`[memory]` instant events).",
+        apply: |l, v| boolean(v).map(|b| l.memory = Some(b)),
+    },
+    Key {
+        env: Some("KINETRACE_GZIP"),
+        kineto: None,
+        form: FORM_BOOL,
+        default: "0",
+        doc: "Write `.pt.trace.json.gz`.",
+        apply: |l, v| boolean(v).map(|b| l.gzip = Some(b)),
+    },
+    Key {
+        env: Some("KINETRACE_RANKS"),
+        kineto: None,
+        form: "all, or a comma-separated list of ranks and ranges, such as 0,8 or 0-3,8",
+        default: "all",
+        doc: "Which ranks profile, matched against RANK, else LOCAL_RANK, else 0 (a single process \
+              is rank 0). Other processes stay dormant.",
+        apply: |l, v| ranks(v).map(|r| l.ranks = Some(r)),
+    },
+    Key {
+        env: Some("KINETRACE_MAX_GPU_BUFFER_MB"),
+        kineto: Some("ACTIVITIES_MAX_GPU_BUFFER_SIZE_MB"),
+        form: FORM_POS_INT,
+        default: "128",
+        doc: "Bound on CUPTI activity buffers; records beyond it are dropped and counted in the trace.",
+        apply: |l, v| pos_u32(v).map(|n| l.max_gpu_buffer_mb = Some(n)),
+    },
+    Key {
+        env: Some("KINETRACE_LOG"),
+        kineto: None,
+        form: "stderr, or a file path to append to",
+        default: "stderr",
+        doc: "Where kinetrace's one-line messages go. With a file, kinetrace writes nothing to the \
+              job's own output.",
+        apply: |l, v| {
+            path(v).map(|p| {
+                l.log = Some(if p == Path::new("stderr") {
+                    LogTarget::Stderr
+                } else {
+                    LogTarget::File(p)
+                })
+            })
+        },
+    },
+    Key {
+        env: Some("KINETRACE_CONTROL"),
+        kineto: None,
+        form: FORM_BOOL,
+        default: "1",
+        doc: "Listen for `kinetrace trigger` on a per-process Unix socket (only the same user may \
+              connect).",
+        apply: |l, v| boolean(v).map(|b| l.control = Some(b)),
+    },
+    Key {
+        env: Some("KINETRACE_CONTROL_DIR"),
+        kineto: None,
+        form: FORM_PATH,
+        default: "/tmp/kinetrace-<uid>",
+        doc: "The directory of control sockets, created with mode 0700; kinetrace refuses one owned \
+              by another user or open to others.",
+        apply: |l, v| path(v).map(|p| l.control_dir = Some(p)),
+    },
+    Key {
+        env: Some("KINETRACE_SIGNAL"),
+        kineto: None,
+        form: "off, on (= 500ms), a duration such as 2s, or a step count such as 3steps",
+        default: "off",
+        doc: "Capture this much when the process receives SIGUSR2 (for hosts where sockets are \
+              unavailable). Off by default: the job's own SIGUSR2 handling is left alone.",
+        apply: |l, v| signal(v).map(|s| l.signal = Some(s)),
+    },
+    Key {
+        env: Some("KINETRACE_OPTIMIZER_HOOK"),
+        kineto: None,
+        form: FORM_BOOL,
+        default: "1",
+        doc: "With `kinetrace record`, a global PyTorch optimizer step hook marks each iteration \
+              (installed lazily by the `sitecustomize` record puts on PYTHONPATH). 0 turns it off for \
+              jobs that call `kinetrace.step()` themselves.",
+        apply: |l, v| boolean(v).map(|_| l.names.push(("other", "KINETRACE_OPTIMIZER_HOOK"))),
+    },
+    Key {
+        env: Some("KINETRACE_STEP_NVTX"),
+        kineto: None,
+        form: "a glob matched against the whole NVTX range message (`*` any characters, `?` one \
+               character, everything else literal and case-sensitive), such as train_step* or \
+               *iteration*",
+        default: "none (NVTX ranges mark nothing)",
+        doc: "Each NVTX range push or start whose message matches marks a step (iteration) boundary: \
+              the first begins step 0, each later one ends the current step and begins the next. \
+              NVTX reaches the shim through `NVTX_INJECTION64_PATH`, which the shim's constructor \
+              points at itself when this variable is set in the environment and that one is unset. \
+              NVTX serves one tool: with this key, CUPTI's `marker` records are not collected. Use \
+              one step source (optimizer hook, explicit calls or NVTX); each counts.",
+        apply: |l, v| step_pattern(v).map(|p| l.step_nvtx = Some(p)),
+    },
+    Key {
+        env: Some("KINETRACE_CUPTI_PATH"),
+        kineto: None,
+        form: FORM_PATH,
+        default: "search: the libcupti already loaded, CUDA_HOME, pip wheels, the loader path",
+        doc: "Use this libcupti.",
+        apply: |l, v| path(v).map(|p| l.cupti_path = Some(p)),
+    },
+];
