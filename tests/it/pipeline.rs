@@ -478,3 +478,28 @@ fn dropping_the_profiler_writes_the_trace() {
     // Only the trace is left: no spool or temporary file.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 }
+
+#[test]
+fn recording_threads_get_named_rows() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let prof = Profiler::builder().output_dir(dir.path()).start().unwrap();
+    let tid = std::thread::Builder::new()
+        .name("data-loader-3".into())
+        .spawn(|| {
+            let _s = record_function("load");
+            kinetrace_core::recorder::current_tid()
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    let out = prof.stop();
+    let t = load(out[0].path.as_ref().unwrap());
+    let want = format!("thread {tid} (data-loader-3)");
+    assert!(
+        events(&t).iter().any(|e| e["ph"] == "M"
+            && e["name"] == "thread_name"
+            && e["args"]["name"] == want.as_str()),
+        "no thread_name row {want:?}"
+    );
+}

@@ -172,6 +172,10 @@ struct State {
     last_result: Option<Result<TraceOutput, String>>,
     /// Set by [`Session::step_aside`]: nothing is recorded any more.
     stepped_aside: Option<String>,
+    /// Reused buffer for records drained from the rings.
+    drained: Vec<(u32, CpuRecord)>,
+    /// Reused buffer for records polled from sources.
+    polled: Vec<crate::activity::Activity>,
 }
 
 enum RequestKind {
@@ -228,6 +232,8 @@ impl Session {
             request: None,
             last_result: None,
             stepped_aside: None,
+            drained: Vec::new(),
+            polled: Vec::new(),
         };
         let first = state.target_action(Duration::ZERO);
         state.transition(first);

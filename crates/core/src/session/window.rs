@@ -241,13 +241,24 @@ impl State {
 
     /// Drains every ring (and polls sources unless discarding) into the current window.
     pub(super) fn collect(&mut self, discard: bool) {
-        let mut batch: Vec<(u32, Option<String>, CpuRecord)> = Vec::new();
+        // Both buffers are kept in the state and reused, so draining allocates nothing per event.
+        let mut batch = std::mem::take(&mut self.drained);
+        batch.clear();
         {
+            let recording = self.window.as_ref().is_some_and(|w| w.recording) && !discard;
+            let threads = self.window.as_mut().map(|w| &mut w.threads);
+            let mut threads = threads.filter(|_| recording);
             let mut reg = recorder::registry();
             let mut retired = 0;
             reg.retain_mut(|r| {
-                let (tid, name) = (r.tid, &r.thread_name);
-                r.reader.drain(|rec| batch.push((tid, name.clone(), rec)));
+                let tid = r.tid;
+                let n = r.reader.drain(|rec| batch.push((tid, rec)));
+                if n > 0 {
+                    if let Some(t) = threads.as_mut() {
+                        // Once per thread and window: the name for its `thread_name` row.
+                        t.entry(tid).or_insert_with(|| r.thread_name.clone());
+                    }
+                }
                 if r.reader.writer_gone() {
                     retired += r.reader.dropped();
                     false
@@ -258,7 +269,8 @@ impl State {
             self.retired_ring_drops += retired;
         }
         if !discard {
-            let mut polled = Vec::new();
+            let mut polled = std::mem::take(&mut self.polled);
+            polled.clear();
             for (i, src) in self.sources.iter_mut().enumerate() {
                 if !self.source_failed[i] {
                     src.poll(&mut |a| polled.push(*a));
@@ -267,9 +279,10 @@ impl State {
             for a in &polled {
                 self.deliver(a);
             }
+            self.polled = polled;
         }
         let pid = std::process::id();
-        for (tid, name, rec) in batch {
+        for &(tid, rec) in &batch {
             let activity = match rec {
                 CpuRecord::Complete(a) => Some(a),
                 CpuRecord::Span {
@@ -297,13 +310,10 @@ impl State {
                 },
             };
             if let (Some(a), false) = (activity, discard) {
-                if self.deliver(&a) {
-                    if let Some(w) = self.window.as_mut() {
-                        w.threads.entry(tid).or_insert(name);
-                    }
-                }
+                self.deliver(&a);
             }
         }
+        self.drained = batch;
         // Bound the pairing table: begins whose end never came (a span left open forever).
         if self.open_begins.len() > 65_536 {
             self.open_begins.clear();
