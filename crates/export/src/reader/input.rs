@@ -1,0 +1,390 @@
+//! The byte stream under the parser: gzip detection, the read window, the structural scanner and
+//! error positions.
+
+use super::*;
+
+/// Size of the buffer the JSON parser reads from (and of the gzip input buffer).
+pub(super) const BUF_SIZE: usize = 256 * 1024;
+
+pub(super) const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+pub(super) type Source<'a> = Box<dyn Read + 'a>;
+
+/// The decompressed byte stream and whether it was gzip; `None` for an empty input.
+pub(super) fn decoded_stream<'a, R: Read + 'a>(
+    mut reader: R,
+) -> io::Result<Option<(Source<'a>, bool)>> {
+    let mut magic = [0u8; 2];
+    let mut n = 0;
+    while n < magic.len() {
+        match reader.read(&mut magic[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if n == 0 {
+        return Ok(None);
+    }
+    let gzip = magic[..n] == GZIP_MAGIC;
+    let src = io::Cursor::new(magic).take(n as u64).chain(reader);
+    if gzip {
+        let decoder = MultiGzDecoder::new(BufReader::with_capacity(BUF_SIZE, src));
+        Ok(Some((Box::new(decoder), true)))
+    } else {
+        Ok(Some((Box::new(src), false)))
+    }
+}
+
+/// The decompressed JSON in a window that always holds the value being parsed whole.
+///
+/// The parser finds where each JSON value ends with a cheap structural scan (strings, escapes
+/// and bracket depth) and then hands exactly that slice to serde_json, whose slice parser is
+/// about twice as fast as its `io::Read` one. A value longer than the window grows it; nothing
+/// else is kept. A UTF-8 byte-order mark at the very start is skipped (and counted in offsets).
+pub(super) struct Input<R> {
+    pub(super) inner: R,
+    pub(super) buf: Vec<u8>,
+    /// Next unparsed byte.
+    pub(super) pos: usize,
+    /// End of the valid data in `buf`.
+    pub(super) end: usize,
+    /// Offset of `buf[0]` in the decompressed stream.
+    pub(super) base: u64,
+    pub(super) eof: bool,
+    pub(super) started: bool,
+}
+
+impl<R: Read> Input<R> {
+    pub(super) fn new(inner: R) -> Self {
+        Input {
+            inner,
+            buf: vec![0; BUF_SIZE],
+            pos: 0,
+            end: 0,
+            base: 0,
+            eof: false,
+            started: false,
+        }
+    }
+
+    /// Offset of `buf[pos]`.
+    pub(super) fn offset(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+
+    /// Offset just past the data read so far.
+    pub(super) fn offset_end(&self) -> u64 {
+        self.base + self.end as u64
+    }
+
+    /// Reads more, keeping `buf[pos..end]` (moved to the front). `false` at the end of input.
+    #[cold]
+    pub(super) fn fill(&mut self) -> io::Result<bool> {
+        if self.eof {
+            return Ok(false);
+        }
+        if self.pos > 0 {
+            self.buf.copy_within(self.pos..self.end, 0);
+            self.base += self.pos as u64;
+            self.end -= self.pos;
+            self.pos = 0;
+        }
+        if self.end == self.buf.len() {
+            self.buf.resize(self.buf.len() * 2, 0);
+        }
+        // The first fill takes at least 3 bytes (or all there is) to see a BOM.
+        let want = if self.started { self.end + 1 } else { 3 };
+        let before = self.end;
+        while self.end < want {
+            match self.inner.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    break;
+                }
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if !self.started && self.end > 0 {
+            self.started = true;
+            if self.buf[..self.end].starts_with(b"\xEF\xBB\xBF") {
+                self.pos = 3;
+            }
+        }
+        Ok(self.end > before)
+    }
+
+    /// Skips JSON whitespace; the next byte, or `None` at the end of input.
+    #[inline]
+    pub(super) fn skip_ws(&mut self) -> io::Result<Option<u8>> {
+        loop {
+            while self.pos < self.end {
+                let b = self.buf[self.pos];
+                if !matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
+                    return Ok(Some(b));
+                }
+                self.pos += 1;
+            }
+            if !self.fill()? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// The length of the JSON value starting at `buf[pos]` (not whitespace), reading more as
+    /// needed; `None` when the input ends inside it. Only structure is checked here.
+    #[inline]
+    pub(super) fn value_len(&mut self) -> io::Result<Option<usize>> {
+        let mut scan = Scan::new(self.buf[self.pos]);
+        loop {
+            if let Some(len) = scan.advance(&self.buf[self.pos..self.end]) {
+                return Ok(Some(len));
+            }
+            if !self.fill()? {
+                return Ok(scan.ends_at_eof().then_some(self.end - self.pos));
+            }
+        }
+    }
+
+    /// Parses the value at `buf[pos]` with `seed` and moves past it.
+    #[inline]
+    pub(super) fn parse_value<T, S>(&mut self, seed: S) -> Result<T, Fail>
+    where
+        S: for<'de> DeserializeSeed<'de, Value = T>,
+    {
+        let Some(len) = self.value_len()? else {
+            return Err(Fail::Truncated);
+        };
+        let slice = &self.buf[self.pos..self.pos + len];
+        let mut de = serde_json::Deserializer::from_slice(slice);
+        match seed.deserialize(&mut de).and_then(|v| de.end().map(|()| v)) {
+            Ok(v) => {
+                self.pos += len;
+                Ok(v)
+            }
+            Err(e) => Err(Fail::json(slice, self.offset(), e)),
+        }
+    }
+
+    /// Lets serde_json describe the value at `buf[pos]` that has the wrong type (or is not
+    /// JSON), using `expected` as what should have been there; the offset is the value's.
+    pub(super) fn wrong_value(&mut self, expected: &'static str) -> Fail {
+        // serde_json rejects it at its first byte, so what is buffered is enough.
+        if self.end - self.pos < 64 {
+            let _ = self.fill();
+        }
+        let at = self.offset();
+        let slice = &self.buf[self.pos..self.end];
+        let mut de = serde_json::Deserializer::from_slice(slice);
+        let message = match (&mut de).deserialize_any(Expect(expected)) {
+            Ok(()) => format!("invalid JSON: expected {expected}"),
+            Err(e) => match Fail::json(slice, at, e) {
+                Fail::Syntax { message, .. } => message,
+                other => return other,
+            },
+        };
+        Fail::Syntax { at, message }
+    }
+}
+
+/// Where a JSON value ends: a resumable scan over bytes that tracks strings (with escapes) and
+/// bracket depth. It does not validate; serde_json does that on the slice.
+pub(super) struct Scan {
+    /// Bytes of the value scanned so far.
+    pub(super) len: usize,
+    pub(super) depth: u32,
+    pub(super) in_string: bool,
+    pub(super) kind: ScanKind,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum ScanKind {
+    Container,
+    String,
+    Scalar,
+}
+
+/// Byte classes outside strings.
+pub(super) const QUOTE: u8 = 1;
+pub(super) const OPEN: u8 = 2;
+pub(super) const CLOSE: u8 = 3;
+pub(super) static CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    t[b'"' as usize] = QUOTE;
+    t[b'{' as usize] = OPEN;
+    t[b'[' as usize] = OPEN;
+    t[b'}' as usize] = CLOSE;
+    t[b']' as usize] = CLOSE;
+    t
+};
+
+impl Scan {
+    pub(super) fn new(first: u8) -> Scan {
+        let kind = match first {
+            b'{' | b'[' => ScanKind::Container,
+            b'"' => ScanKind::String,
+            _ => ScanKind::Scalar,
+        };
+        Scan {
+            len: 1,
+            depth: u32::from(kind == ScanKind::Container),
+            in_string: kind == ScanKind::String,
+            kind,
+        }
+    }
+
+    /// Whether a value cut off by the end of input is complete (a bare scalar).
+    pub(super) fn ends_at_eof(&self) -> bool {
+        self.kind == ScanKind::Scalar
+    }
+
+    /// Continues over `data` (the value from its first byte, as far as it is buffered);
+    /// `Some(length)` once the value ends.
+    #[inline]
+    pub(super) fn advance(&mut self, data: &[u8]) -> Option<usize> {
+        if self.kind == ScanKind::Scalar {
+            while self.len < data.len() {
+                if matches!(
+                    data[self.len],
+                    b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t'
+                ) {
+                    return Some(self.len);
+                }
+                self.len += 1;
+            }
+            return None;
+        }
+        loop {
+            if self.in_string {
+                let k = find_quote_or_backslash(&data[self.len..])?;
+                let i = self.len + k;
+                if data[i] == b'\\' {
+                    if i + 1 >= data.len() {
+                        self.len = i; // resume at the backslash
+                        return None;
+                    }
+                    self.len = i + 2;
+                } else {
+                    self.len = i + 1;
+                    self.in_string = false;
+                    if self.kind == ScanKind::String {
+                        return Some(self.len);
+                    }
+                }
+            } else {
+                loop {
+                    let b = *data.get(self.len)?;
+                    self.len += 1;
+                    match CLASS[b as usize] {
+                        QUOTE => {
+                            self.in_string = true;
+                            break;
+                        }
+                        OPEN => self.depth += 1,
+                        CLOSE => {
+                            self.depth -= 1;
+                            if self.depth == 0 {
+                                return Some(self.len);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Index of the first `"` or `\` in `s`, eight bytes at a time.
+#[inline]
+pub(super) fn find_quote_or_backslash(s: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    let mut chunks = s.chunks_exact(8);
+    let mut i = 0;
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        let w = u64::from_le_bytes(w);
+        let m = has_zero(w ^ (ONES * u64::from(b'"'))) | has_zero(w ^ (ONES * u64::from(b'\\')));
+        if m != 0 {
+            return Some(i + (m.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\')
+        .map(|k| i + k)
+}
+
+/// A visitor that accepts nothing, so serde_json reports what it found instead.
+pub(super) struct Expect(&'static str);
+
+impl Visitor<'_> for Expect {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+/// A parse failure, turned into a [`ReadError`] by [`Parser::error`].
+pub(super) enum Fail {
+    /// Reading or decompressing failed.
+    Io(io::Error),
+    /// The input ended inside the JSON.
+    Truncated,
+    /// The input is empty or whitespace.
+    NoJson,
+    /// Anything else, at an offset.
+    Syntax { at: u64, message: String },
+}
+
+impl From<io::Error> for Fail {
+    fn from(e: io::Error) -> Fail {
+        Fail::Io(e)
+    }
+}
+
+impl Fail {
+    /// A serde_json error on `slice`, which starts at offset `start`.
+    pub(super) fn json(slice: &[u8], start: u64, err: serde_json::Error) -> Fail {
+        use serde_json::error::Category;
+        let (line, column) = (err.line(), err.column());
+        let text = err.to_string();
+        let position = format!(" at line {line} column {column}");
+        let what = text.strip_suffix(&position).unwrap_or(&text);
+        let message = match err.classify() {
+            Category::Data => format!("not a valid Kineto trace: {what}"),
+            _ => format!("invalid JSON: {what}"),
+        };
+        Fail::Syntax {
+            at: start + offset_in(slice, line, column) as u64,
+            message,
+        }
+    }
+}
+
+/// The index in `slice` of serde_json's 1-based `line` and `column` (which points at the
+/// offending byte).
+pub(super) fn offset_in(slice: &[u8], line: usize, column: usize) -> usize {
+    let mut start = 0;
+    if line > 1 {
+        let mut newlines = 0;
+        for (i, &b) in slice.iter().enumerate() {
+            if b == b'\n' {
+                newlines += 1;
+                if newlines == line - 1 {
+                    start = i + 1;
+                    break;
+                }
+            }
+        }
+    }
+    (start + column.saturating_sub(1)).min(slice.len())
+}

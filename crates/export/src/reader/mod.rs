@@ -1,0 +1,393 @@
+//! Reads Kineto trace files (ours and PyTorch's, plain or gzip) into a compact in-memory form.
+//!
+//! # How it reads
+//!
+//! - The input is gzip when it starts with the gzip magic bytes `1f 8b`, whatever its name;
+//!   otherwise it is plain JSON. Concatenated gzip members are read as one stream.
+//! - The JSON is parsed in one streaming pass. A small structural scanner walks the top-level
+//!   object and the `traceEvents` array and finds where each value ends; serde_json then
+//!   parses exactly that slice with custom `DeserializeSeed`/`Visitor`s (its slice parser is
+//!   about twice as fast as its `io::Read` one). No `serde_json::Value` is built per event:
+//!   each event becomes a [`TraceEvent`] directly; `args` keys other than the few named by
+//!   [`TraceEvent`] are skipped with `IgnoredAny`. `cat` and `name` are interned, so the only
+//!   per-event allocations are new distinct strings and string pids/tids (span rows).
+//! - Memory is the event vector plus the interned strings and a 256 KiB read window (grown
+//!   only for a single value bigger than that), not the file or a DOM. [`for_each_event`]
+//!   does not even keep the events.
+//! - Top-level keys other than `traceEvents` are kept as compact JSON text in
+//!   [`Trace::metadata`] (re-serialised in their original key order; these few use small
+//!   allocations).
+//!
+//! # Timestamps
+//!
+//! `ts` and `dur` are kept as written ([`RawNum::Int`] or [`RawNum::Float`]), in µs, absolute
+//! (epoch) or relative to `baseTimeNanoseconds`. [`TraceEvent::ts_unix_ns`] and
+//! [`TraceEvent::dur_ns`] convert every variant to ns, rounding float µs to the nearest ns.
+//! A float literal is held as an `f64`, as Python's `json` holds it. For base-relative values
+//! (< 8·10¹² µs) that is exact to the ns. Absolute float µs (≈ 1.7·10¹⁵ µs, the 2024-04
+//! format) only have 0.25 µs resolution in an `f64`, so their sub-µs digits are approximate,
+//! as in HTA. Matching Python's value bit for bit also needs serde_json's `float_roundtrip`
+//! feature: without it serde_json may round literals with more than 15 significant digits one
+//! ulp (0.25 µs here) away from the nearest `f64`.
+//!
+//! # Leniency
+//!
+//! Real traces are accepted as they are: `X` events without `args`, `i`/`s`/`f` events without
+//! `dur`, `M` events without `ts`, unknown keys, string pids/tids, and numeric args written as
+//! ints, floats or strings. `args.stream` follows HTA: a value that is not a number
+//! (ROCm's `"0x0"`) becomes `None`. What is rejected: input that is not JSON, a top level that
+//! is not an object, a missing `traceEvents` array, an event that is not an object, and an
+//! event without `ph`, without `name`, or (except `M`) without `ts`.
+//!
+//! Errors ([`ReadError`]) name the file and the byte offset in the decompressed JSON.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs::File;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::io::{self, BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use flate2::bufread::MultiGzDecoder;
+use serde::de::{
+    self, DeserializeSeed, Deserializer as _, IgnoredAny, MapAccess, SeqAccess, Visitor,
+};
+
+/// A number as it appeared in the file: Kineto writers have used integer and float µs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RawNum {
+    /// An integer literal.
+    Int(i64),
+    /// A literal with a fraction or exponent.
+    Float(f64),
+}
+
+impl RawNum {
+    /// The value as an `f64` (µs).
+    pub fn as_f64(self) -> f64 {
+        match self {
+            RawNum::Int(v) => v as f64,
+            RawNum::Float(v) => v,
+        }
+    }
+
+    /// Whether the literal had a fraction or exponent.
+    pub fn is_float(self) -> bool {
+        matches!(self, RawNum::Float(_))
+    }
+
+    /// Converts a µs value to ns: integers exactly (saturating), floats to the nearest ns of
+    /// the `f64` value (halves away from zero; saturating; a NaN gives 0).
+    pub fn us_to_ns(self) -> i64 {
+        match self {
+            RawNum::Int(us) => us.saturating_mul(1000),
+            RawNum::Float(us) => float_us_to_ns(us),
+        }
+    }
+}
+
+/// Nearest ns of a float µs value. Splitting off the integral part first keeps the product
+/// exact: `us * 1000.0` alone would round to 256 ns steps for epoch-scale values.
+fn float_us_to_ns(us: f64) -> i64 {
+    if !us.is_finite() {
+        return if us.is_nan() {
+            0
+        } else if us > 0.0 {
+            i64::MAX
+        } else {
+            i64::MIN
+        };
+    }
+    let whole = us.trunc();
+    // Exact (Sterbenz): `whole` and `us` share their exponent or `whole` is 0.
+    let frac = us - whole;
+    let frac_ns = (frac * 1000.0).round() as i64; // |frac_ns| <= 1000
+    (whole as i64).saturating_mul(1000).saturating_add(frac_ns)
+}
+
+/// The event phase (`ph`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum Phase {
+    Complete,
+    Instant,
+    Metadata,
+    FlowStart,
+    FlowEnd,
+    Counter,
+    Other,
+}
+
+impl Phase {
+    /// The phase for a `ph` string: `X`, `i`/`I`, `M`, `s`, `f`, `C`; anything else is
+    /// [`Phase::Other`].
+    pub fn from_ph(ph: &str) -> Phase {
+        match ph {
+            "X" => Phase::Complete,
+            "i" | "I" => Phase::Instant,
+            "M" => Phase::Metadata,
+            "s" => Phase::FlowStart,
+            "f" => Phase::FlowEnd,
+            "C" => Phase::Counter,
+            _ => Phase::Other,
+        }
+    }
+}
+
+/// A pid or tid: Kineto writes integers, and strings for span rows.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RowId {
+    /// An integer id.
+    Int(i64),
+    /// A string id (`"Spans"`, `""`).
+    Str(Box<str>),
+}
+
+/// Index into [`Trace::strings`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StrId(pub u32);
+
+/// One trace event with the fields analyses use pulled out of `args`.
+///
+/// A missing `pid`/`tid` reads as `RowId::Int(0)`; an `M` event without `ts` gets
+/// `RawNum::Int(0)`. Numeric args accept integers, floats (truncated toward zero, like HTA's
+/// `astype(int)`) and strings holding a decimal number; other values read as `None`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceEvent {
+    /// Phase.
+    pub ph: Phase,
+    /// `cat`, interned; `None` when absent.
+    pub cat: Option<StrId>,
+    /// `name`, interned.
+    pub name: StrId,
+    /// `pid`.
+    pub pid: RowId,
+    /// `tid`.
+    pub tid: RowId,
+    /// `ts` exactly as written (µs; absolute or relative to `baseTimeNanoseconds`).
+    pub ts: RawNum,
+    /// `dur` exactly as written, when present.
+    pub dur: Option<RawNum>,
+    /// `args.stream` when it is an integer (HTA turns anything else into -1, so this is `None`).
+    pub stream: Option<i64>,
+    /// `args.correlation`.
+    pub correlation: Option<i64>,
+    /// `args["External id"]`.
+    pub external_id: Option<i64>,
+    /// `args.device`.
+    pub device: Option<i64>,
+    /// `args.bytes`.
+    pub bytes: Option<i64>,
+    /// `args.wait_on_stream`.
+    pub wait_on_stream: Option<i64>,
+    /// `args["Total Allocated"]` (memory events).
+    pub total_allocated: Option<i64>,
+    /// `args["Total Reserved"]` (memory events).
+    pub total_reserved: Option<i64>,
+    /// `args["Bytes"]` (memory events).
+    pub mem_bytes: Option<i64>,
+    /// `args["Device Id"]` (memory events).
+    pub mem_device: Option<i64>,
+    /// `id` of flow events.
+    pub flow_id: Option<i64>,
+}
+
+impl TraceEvent {
+    /// Start time in ns since the Unix epoch: `base + ts·1000`, where `base` is the trace's
+    /// `baseTimeNanoseconds` ([`Trace::base_time_ns`]; `None` when `ts` is absolute). Float µs
+    /// are rounded to the nearest ns. Saturates instead of overflowing.
+    pub fn ts_unix_ns(&self, base: Option<i64>) -> i64 {
+        self.ts.us_to_ns().saturating_add(base.unwrap_or(0))
+    }
+
+    /// Duration in ns (float µs rounded to the nearest ns); 0 when the event has no `dur`.
+    pub fn dur_ns(&self) -> i64 {
+        self.dur.map_or(0, RawNum::us_to_ns)
+    }
+
+    /// Duration in ns, `None` when the event has no `dur`.
+    pub fn dur_ns_opt(&self) -> Option<i64> {
+        self.dur.map(RawNum::us_to_ns)
+    }
+
+    /// End time in ns since the Unix epoch: `ts_unix_ns(base) + dur_ns()`.
+    pub fn end_unix_ns(&self, base: Option<i64>) -> i64 {
+        self.ts_unix_ns(base).saturating_add(self.dur_ns())
+    }
+}
+
+/// A parsed trace file.
+#[derive(Clone, Debug)]
+pub struct Trace {
+    /// The file it came from.
+    pub path: PathBuf,
+    /// `distributedInfo.rank`, when present.
+    pub rank: Option<i64>,
+    /// `distributedInfo.world_size`, when present.
+    pub world_size: Option<i64>,
+    /// `baseTimeNanoseconds`, when present (then `ts` values are relative to it).
+    pub base_time_ns: Option<i64>,
+    /// Interned strings for `cat` and `name`.
+    pub strings: Vec<Box<str>>,
+    /// Events in file order.
+    pub events: Vec<TraceEvent>,
+    /// Top-level keys other than `traceEvents`, as raw JSON text.
+    pub metadata: Vec<(String, String)>,
+}
+
+impl Trace {
+    /// The text of an interned string.
+    pub fn str(&self, id: StrId) -> &str {
+        &self.strings[id.0 as usize]
+    }
+
+    /// The id of an interned string, if some `cat` or `name` had exactly this text.
+    pub fn find_str(&self, s: &str) -> Option<StrId> {
+        self.strings
+            .iter()
+            .position(|t| &**t == s)
+            .map(|i| StrId(i as u32))
+    }
+
+    /// The compact JSON text of a top-level key other than `traceEvents` (the last one if the
+    /// key is repeated).
+    pub fn metadata_value(&self, key: &str) -> Option<&str> {
+        self.metadata
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// An event's start in ns since the Unix epoch, using this trace's `baseTimeNanoseconds`.
+    pub fn ts_unix_ns(&self, event: &TraceEvent) -> i64 {
+        event.ts_unix_ns(self.base_time_ns)
+    }
+}
+
+/// Why a trace could not be read.
+#[derive(Debug)]
+pub struct ReadError {
+    /// The file.
+    pub path: PathBuf,
+    /// Byte offset in the (decompressed) JSON, when the problem has a position.
+    pub offset: Option<u64>,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.offset {
+            Some(o) => write!(
+                f,
+                "{}: at byte {}: {}",
+                self.path.display(),
+                o,
+                self.message
+            ),
+            None => write!(f, "{}: {}", self.path.display(), self.message),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+/// Reads one trace file, plain or gzip (by magic bytes, not extension).
+pub fn read_trace(path: &Path) -> Result<Trace, ReadError> {
+    let file = open(path)?;
+    read_trace_from_reader(path, file)
+}
+
+/// Reads a trace from any byte stream, plain or gzip (by magic bytes); `path` is only used in
+/// [`Trace::path`] and error messages.
+pub fn read_trace_from_reader<R: Read>(path: &Path, reader: R) -> Result<Trace, ReadError> {
+    let mut events = Vec::new();
+    let mut trace = for_each_event_from_reader(path, reader, |event, _| events.push(event))?;
+    trace.events = events;
+    Ok(trace)
+}
+
+/// Streams the events of a trace file to `on_event` in file order, without keeping them.
+///
+/// `on_event` gets each event and the interned strings so far (index them with
+/// [`StrId`]`.0`; every id in the event is already there). Returns the rest of the trace
+/// (rank, base time, metadata, all interned strings) with [`Trace::events`] empty.
+/// `distributedInfo` may come after `traceEvents`, so the rank is only known at the end.
+pub fn for_each_event<F>(path: &Path, on_event: F) -> Result<Trace, ReadError>
+where
+    F: FnMut(TraceEvent, &[Box<str>]),
+{
+    let file = open(path)?;
+    for_each_event_from_reader(path, file, on_event)
+}
+
+/// [`for_each_event`] over any byte stream, plain or gzip (by magic bytes); `path` is only
+/// used in [`Trace::path`] and error messages.
+pub fn for_each_event_from_reader<R, F>(
+    path: &Path,
+    reader: R,
+    on_event: F,
+) -> Result<Trace, ReadError>
+where
+    R: Read,
+    F: FnMut(TraceEvent, &[Box<str>]),
+{
+    let (source, gzip) = match decoded_stream(reader) {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            return Err(ReadError {
+                path: path.to_owned(),
+                offset: Some(0),
+                message: "the file is empty (0 bytes); expected a Kineto trace JSON object".into(),
+            })
+        }
+        Err(e) => {
+            return Err(ReadError {
+                path: path.to_owned(),
+                offset: None,
+                message: format!("cannot read: {e}"),
+            })
+        }
+    };
+    let mut parser = Parser {
+        input: Input::new(source),
+        strings: Interner::default(),
+        on_event,
+        index: 0,
+        in_events: false,
+    };
+    match parser.run() {
+        Ok(header) => Ok(Trace {
+            path: path.to_owned(),
+            rank: header.rank,
+            world_size: header.world_size,
+            base_time_ns: header.base_time_ns,
+            strings: parser.strings.strings,
+            events: Vec::new(),
+            metadata: header.metadata,
+        }),
+        Err(fail) => Err(parser.error(path, fail, gzip)),
+    }
+}
+
+fn open(path: &Path) -> Result<File, ReadError> {
+    File::open(path).map_err(|e| ReadError {
+        path: path.to_owned(),
+        offset: None,
+        message: format!("cannot open: {e}"),
+    })
+}
+
+mod event;
+mod input;
+mod parse;
+mod rank;
+
+use event::*;
+use input::*;
+use parse::*;
+pub use rank::{rank_like_hta, rank_like_hta_from_reader};
+
+#[cfg(test)]
+mod tests;
