@@ -20,46 +20,14 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-venv="${COMPAT_VENV:-$root/target/compat-venv}"
-python="${PYTHON:-python3}"
+# shellcheck source=scripts/lib/venv.sh
+. "$root/scripts/lib/venv.sh"
 
-pins=(
-    "holistictraceanalysis==0.5.0"
-    "torch-tb-profiler==0.4.3"
-    "pandas==2.3.3"
-    "numpy==2.3.5"
+make_venv compat-venv "${COMPAT_VENV:-$root/target/compat-venv}" \
+    'import hta.trace_analysis, torch_tb_profiler.profiler.data, torch_tb_profiler.profiler.run_generator, pytest' \
+    -- \
+    "holistictraceanalysis==0.5.0" \
+    "torch-tb-profiler==0.4.3" \
+    "pandas==2.3.3" \
+    "numpy==2.3.5" \
     "pytest==8.4.2"
-)
-stamp_text="$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])') ${pins[*]}"
-stamp="$venv/.kinetrace-compat-stamp"
-
-if [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$stamp_text" ]]; then
-    echo "$venv"
-    exit 0
-fi
-
-log() { echo "compat-venv: $*" >&2; }
-export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
-
-start=$(date +%s)
-rm -rf "$venv"
-mkdir -p "$(dirname "$venv")"
-log "creating $venv with $("$python" --version 2>&1)"
-if ! "$python" -m venv "$venv" >&2 2>/dev/null; then
-    # Debian/Ubuntu without python3-venv (no ensurepip): use virtualenv from PyPI instead, installed
-    # with --target (which an "externally managed" system Python still allows).
-    rm -rf "$venv"
-    log "python3 -m venv failed; falling back to virtualenv"
-    tools="$(dirname "$venv")/compat-venv-tools"
-    rm -rf "$tools"
-    "$python" -m pip install --quiet --target "$tools" virtualenv >&2
-    PYTHONPATH="$tools" "$python" -m virtualenv --quiet "$venv" >&2
-    rm -rf "$tools"
-fi
-log "installing ${pins[*]}"
-"$venv/bin/python" -m pip install --quiet "${pins[@]}" >&2
-# Fail now, not in the middle of the tests, if an import is broken.
-"$venv/bin/python" -c 'import hta.trace_analysis, torch_tb_profiler.profiler.data, torch_tb_profiler.profiler.run_generator, pytest' >&2
-echo "$stamp_text" >"$stamp"
-log "ready in $(($(date +%s) - start)) s"
-echo "$venv"

@@ -19,44 +19,14 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-venv="${TORCH_VENV:-$root/target/torch-venv}"
-python="${PYTHON:-python3}"
+# shellcheck source=scripts/lib/venv.sh
+. "$root/scripts/lib/venv.sh"
 
-pins=(
-    "torch==2.15.0"
-    "numpy==2.3.5"
-    "pytest==8.4.2"
-)
-stamp_text="$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])') ${pins[*]}"
-stamp="$venv/.kinetrace-torch-stamp"
-
-if [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$stamp_text" ]]; then
-    echo "$venv"
-    exit 0
-fi
-
-log() { echo "torch-venv: $*" >&2; }
-export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
-
-start=$(date +%s)
-rm -rf "$venv"
-mkdir -p "$(dirname "$venv")"
-log "creating $venv with $("$python" --version 2>&1)"
-if ! "$python" -m venv "$venv" >&2 2>/dev/null; then
-    # Debian/Ubuntu without python3-venv (no ensurepip): virtualenv from PyPI, as compat-venv.sh does.
-    rm -rf "$venv"
-    log "python3 -m venv failed; falling back to virtualenv"
-    tools="$(dirname "$venv")/torch-venv-tools"
-    rm -rf "$tools"
-    "$python" -m pip install --quiet --target "$tools" virtualenv >&2
-    PYTHONPATH="$tools" "$python" -m virtualenv --quiet "$venv" >&2
-    rm -rf "$tools"
-fi
-log "installing ${pins[*]} (about 3 GB of wheels)"
 # --no-cache-dir: the wheels are ~3 GB; a second copy in the pip cache would double the disk used.
-"$venv/bin/python" -m pip install --quiet --no-cache-dir "${pins[@]}" >&2
-# Fail now, not in the middle of the tests, if the import is broken.
-"$venv/bin/python" -c 'import torch, numpy, pytest; torch.nn.Linear(2, 2)(torch.zeros(1, 2))' >&2
-echo "$stamp_text" >"$stamp"
-log "ready in $(($(date +%s) - start)) s"
-echo "$venv"
+make_venv torch-venv "${TORCH_VENV:-$root/target/torch-venv}" \
+    'import torch, numpy, pytest; torch.nn.Linear(2, 2)(torch.zeros(1, 2))' \
+    --no-cache-dir \
+    -- \
+    "torch==2.15.0" \
+    "numpy==2.3.5" \
+    "pytest==8.4.2"
