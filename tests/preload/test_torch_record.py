@@ -27,15 +27,24 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(os.environ.get("TORCH_VENV", ROOT / "target" / "torch-venv"))
 TORCH_PYTHON = VENV / "bin" / "python"
-WANTED = os.environ.get("KINETRACE_TORCH_TESTS") == "1" or os.environ.get("CI") == "true"
+# scripts/lib/venv.sh writes this once the venv is complete.
+STAMP = VENV / ".kinetrace-torch-venv-stamp"
+# scripts/test.sh sets KINETRACE_TORCH_TESTS=1 only after the venv was installed, so then a missing
+# venv is a failure, not a reason to skip.
+REQUIRED = os.environ.get("KINETRACE_TORCH_TESTS") == "1"
+WANTED = REQUIRED or os.environ.get("CI") == "true"
 
 pytestmark = [
     pytest.mark.skipif(not WANTED, reason="set KINETRACE_TORCH_TESTS=1 (or CI=true) to run the real-PyTorch test"),
     pytest.mark.skipif(
-        not (VENV / ".kinetrace-torch-stamp").exists(),
+        not REQUIRED and not STAMP.exists(),
         reason=f"no torch venv at {VENV}: run scripts/torch-venv.sh",
     ),
 ]
+
+
+def test_the_torch_venv_is_there_when_required():
+    assert STAMP.exists(), f"KINETRACE_TORCH_TESTS=1 but {STAMP} is missing: scripts/torch-venv.sh did not finish"
 
 TRAIN = r"""
 import sys
