@@ -22,11 +22,18 @@ cargo test --workspace --locked
 step "GPU check script self-test (the trace checker run on GPU machines)"
 python3 gpu/check/gpu_check.py selftest
 
+step "loom model check of the per-thread ring"
+bash scripts/loom.sh
+
 step "PyTorch venv (real torch 2.15 + CUDA 13 wheels incl. libcupti; ~3 GB once, cached in target/torch-venv)"
-# The real-PyTorch test needs ~5 GB of wheels. If they cannot be installed (no disk, no registry),
-# say so loudly and run everything else: that is a fact about this machine, not about kinetrace.
+# The real-PyTorch test needs ~5 GB of wheels. Under CI=true it is a prerequisite: if the venv cannot
+# be installed, the run fails. On a developer's machine without the disk or registry for it, say so
+# loudly and run everything else.
 if bash scripts/torch-venv.sh >/dev/null; then
   export KINETRACE_TORCH_TESTS=1
+elif [ "${CI:-}" = "true" ]; then
+  echo "test.sh: the PyTorch venv could not be installed (see above); under CI=true that fails the run" >&2
+  exit 1
 else
   echo "test.sh: WARNING: the PyTorch venv could not be installed; the real-PyTorch test is NOT run" >&2
 fi

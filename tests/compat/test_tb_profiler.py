@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch_tb_profiler")
-from torch_tb_profiler import consts  # noqa: E402
-from torch_tb_profiler.profiler.data import RunProfileData  # noqa: E402
-from torch_tb_profiler.profiler.event_parser import CommLibTypes, ProfileRole  # noqa: E402
-from torch_tb_profiler.profiler.run_generator import RunGenerator  # noqa: E402
+# Imported outright: these tests run in the venv scripts/compat-venv.sh prepares, and a missing
+# package there is a failure, never a reason to skip.
+from torch_tb_profiler import consts
+from torch_tb_profiler.profiler.data import RunProfileData
+from torch_tb_profiler.profiler.event_parser import CommLibTypes, ProfileRole
+from torch_tb_profiler.profiler.run_generator import RunGenerator
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 

@@ -24,6 +24,22 @@ static RING_CAPACITY: AtomicUsize = AtomicUsize::new(DEFAULT_RING_CAPACITY);
 /// Default slots per thread ring (each slot is one [`CpuRecord`], about 130 bytes).
 pub const DEFAULT_RING_CAPACITY: usize = 1 << 14;
 
+/// Records refused without reaching a ring: a push re-entered on a thread already pushing (a signal
+/// handler interrupting a push), or one made while the thread's storage is torn down. Counted with the
+/// ring drops. Relaxed: a statistic.
+static REFUSED: AtomicU64 = AtomicU64::new(0);
+
+/// Records refused before reaching any ring, since the process started (see [`push`]).
+pub fn refused_pushes() -> u64 {
+    REFUSED.load(Ordering::Relaxed)
+}
+
+#[cold]
+fn refuse() -> bool {
+    REFUSED.fetch_add(1, Ordering::Relaxed);
+    false
+}
+
 /// Source of span ids (`External id`s). Starts at 1 so 0 never appears.
 static NEXT_SPAN_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -151,8 +167,9 @@ impl Tls {
     fn push_with(&self, make: impl FnOnce(u32, u32) -> CpuRecord) -> bool {
         let mut ring = match self.ring.try_borrow_mut() {
             Ok(r) => r,
-            // Re-entered from inside a push (a signal handler, say): drop rather than deadlock.
-            Err(_) => return false,
+            // Re-entered from inside a push (a signal handler, say): drop and count rather than
+            // deadlock.
+            Err(_) => return refuse(),
         };
         let l = ring.get_or_insert_with(register_this_thread);
         let record = make(l.pid, l.tid);
@@ -194,7 +211,8 @@ fn os_tid() -> u32 {
 }
 
 /// Pushes a record into the calling thread's ring, creating the ring on first use. Returns `false`
-/// (and counts a drop) when the ring is full.
+/// (and counts a drop) when the ring is full, when the push re-entered one in progress on this thread,
+/// or when the thread is exiting.
 #[inline]
 pub fn push(record: CpuRecord) -> bool {
     push_with(|_, _| record)
@@ -204,7 +222,8 @@ pub fn push(record: CpuRecord) -> bool {
 #[inline]
 pub fn push_with(make: impl FnOnce(u32, u32) -> CpuRecord) -> bool {
     // Err: the thread is being torn down and its ring is gone.
-    TLS.try_with(|t| t.push_with(make)).unwrap_or(false)
+    TLS.try_with(|t| t.push_with(make))
+        .unwrap_or_else(|_| refuse())
 }
 
 #[cold]
@@ -298,7 +317,7 @@ impl Drop for SpanGuard {
     fn drop(&mut self) {
         if let Some(o) = self.open.take() {
             let end = UnixNanos::now();
-            let _ = TLS.try_with(|t| {
+            let pushed = TLS.try_with(|t| {
                 t.external_id.set(o.previous_external_id);
                 t.push_with(|_, _| CpuRecord::Span {
                     name: o.name,
@@ -308,6 +327,9 @@ impl Drop for SpanGuard {
                     id: o.id,
                 })
             });
+            if pushed.is_err() {
+                refuse();
+            }
         }
     }
 }

@@ -10,14 +10,47 @@
 //!   to the producer.
 //! - Only the [`RingWriter`] advances `tail`; only the [`RingReader`] advances `head`. Neither handle is
 //!   `Clone` or `Sync`, which is what makes the single-producer / single-consumer claim hold.
+//! - `writer_alive` turns false exactly once, after the writer's last push: a reader that sees it false
+//!   (Acquire) and then drains gets every value the writer ever pushed.
 //!
 //! Overflow policy: [`RingWriter::try_push`] never blocks or allocates; when the ring is full it hands
 //! the value back and counts the drop, and the reader reports the count.
+//!
+//! Every atomic and cell comes from the private `sync` module, so `RUSTFLAGS="--cfg loom"` swaps in
+//! loom's and the model tests at the bottom explore every interleaving (`scripts/loom.sh`).
 
-use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+
+use sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use sync::{Arc, UnsafeCell};
+
+/// std's primitives, or loom's under `cfg(loom)`; only this module differs between the two builds.
+mod sync {
+    #[cfg(loom)]
+    pub(crate) use loom::cell::UnsafeCell;
+    #[cfg(loom)]
+    pub(crate) use loom::sync::{atomic, Arc};
+
+    #[cfg(not(loom))]
+    pub(crate) use std::sync::{atomic, Arc};
+
+    /// `std::cell::UnsafeCell` with loom's access API, so the ring's code is the same in both builds.
+    #[cfg(not(loom))]
+    #[derive(Debug)]
+    pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+    #[cfg(not(loom))]
+    impl<T> UnsafeCell<T> {
+        pub(crate) const fn new(value: T) -> Self {
+            UnsafeCell(std::cell::UnsafeCell::new(value))
+        }
+
+        #[inline(always)]
+        pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+            f(self.0.get())
+        }
+    }
+}
 
 /// Pads and aligns a value to 128 bytes so the producer's and consumer's indices never share a cache
 /// line (false sharing would make every push stall on the consumer's reads).
@@ -29,8 +62,10 @@ struct Shared<T> {
     head: CachePadded<AtomicUsize>,
     /// Next slot the producer writes. Written only by the writer.
     tail: CachePadded<AtomicUsize>,
-    /// Values refused because the ring was full.
+    /// Values refused because the ring was full, or counted by the writer's owner.
     dropped: AtomicU64,
+    /// False once the writer is dropped (its thread exited).
+    writer_alive: AtomicBool,
     mask: usize,
     slots: Box<[UnsafeCell<MaybeUninit<T>>]>,
 }
@@ -47,14 +82,15 @@ impl<T> Drop for Shared<T> {
         if !std::mem::needs_drop::<T>() {
             return;
         }
-        let head = *self.head.0.get_mut();
-        let tail = *self.tail.0.get_mut();
+        // Relaxed: `&mut self` means both handles are gone, and dropping the last `Arc` synchronised
+        // with their final stores.
+        let head = self.head.0.load(Ordering::Relaxed);
+        let tail = self.tail.0.load(Ordering::Relaxed);
         let mut i = head;
         while i != tail {
-            let slot = &mut self.slots[i & self.mask];
             // SAFETY: slots in head..tail are initialised (invariant) and we have `&mut self`, so no
             // handle can touch them any more.
-            unsafe { slot.get_mut().assume_init_drop() };
+            self.slots[i & self.mask].with_mut(|p| unsafe { (*p).assume_init_drop() });
             i = i.wrapping_add(1);
         }
     }
@@ -70,6 +106,7 @@ pub fn ring<T: Send>(capacity: usize) -> (RingWriter<T>, RingReader<T>) {
         head: CachePadded(AtomicUsize::new(0)),
         tail: CachePadded(AtomicUsize::new(0)),
         dropped: AtomicU64::new(0),
+        writer_alive: AtomicBool::new(true),
         mask: cap - 1,
         slots,
     });
@@ -102,8 +139,7 @@ impl<T: Send> RingWriter<T> {
             // freed happen before we overwrite them.
             self.cached_head = s.head.0.load(Ordering::Acquire);
             if tail.wrapping_sub(self.cached_head) > s.mask {
-                // Relaxed: a statistic, read after the fact.
-                s.dropped.fetch_add(1, Ordering::Relaxed);
+                self.count_drop();
                 return Err(value);
             }
         }
@@ -111,14 +147,17 @@ impl<T: Send> RingWriter<T> {
         debug_assert!(idx < s.slots.len());
         // SAFETY: `tail` is outside head..tail, so the slot belongs to the writer (invariant), and only
         // this writer exists.
-        unsafe { (*s.slots.get_unchecked(idx).get()).write(value) };
+        s.slots[idx].with_mut(|p| unsafe { (*p).write(value) });
         // Release: publishes the slot write to the reader's Acquire load of `tail`.
         s.tail.0.store(tail.wrapping_add(1), Ordering::Release);
         Ok(())
     }
 
-    /// Counts values the caller chose not to push (e.g. a span whose begin was refused).
+    /// Counts a value that never reached the ring (refused by the caller, e.g. a push re-entered from
+    /// a signal handler while this thread was already pushing); the reader reports it with the rest.
+    #[inline]
     pub fn count_drop(&self) {
+        // Relaxed: a statistic, read after the fact.
         self.shared.dropped.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -128,9 +167,33 @@ impl<T: Send> RingWriter<T> {
     }
 }
 
+impl<T> Drop for RingWriter<T> {
+    fn drop(&mut self) {
+        // Release: every push (its slot write and `tail` store) happens before a reader's Acquire load
+        // that sees `false`, so the reader's next drain finds all of them.
+        self.shared.writer_alive.store(false, Ordering::Release);
+    }
+}
+
 /// The consuming end. Lives with the collector.
 pub struct RingReader<T> {
     shared: Arc<Shared<T>>,
+}
+
+/// Moves `head` past the values handed out so far when it goes out of scope, so the values a drain
+/// callback received are never read again, even when the callback panics.
+struct Advance<'a> {
+    head: &'a AtomicUsize,
+    start: usize,
+    taken: usize,
+}
+
+impl Drop for Advance<'_> {
+    fn drop(&mut self) {
+        // Release: our reads of the slots happen before the writer reuses them.
+        self.head
+            .store(self.start.wrapping_add(self.taken), Ordering::Release);
+    }
 }
 
 impl<T: Send> RingReader<T> {
@@ -146,7 +209,8 @@ impl<T: Send> RingReader<T> {
         self.drain_up_to(usize::MAX, f)
     }
 
-    /// Like [`drain`](Self::drain), but stops after `max` values.
+    /// Like [`drain`](Self::drain), but stops after `max` values. If `f` panics, the values it was
+    /// given are gone (it owned them) and the rest stay for the next drain.
     pub fn drain_up_to(&mut self, max: usize, mut f: impl FnMut(T)) -> usize {
         let s = &*self.shared;
         // Relaxed: only this reader stores `head`.
@@ -154,27 +218,43 @@ impl<T: Send> RingReader<T> {
         // Acquire: pairs with the writer's Release store, so the slots up to `tail` are initialised.
         let tail = s.tail.0.load(Ordering::Acquire);
         let n = tail.wrapping_sub(head).min(max);
+        let mut advance = Advance {
+            head: &s.head.0,
+            start: head,
+            taken: 0,
+        };
         for i in 0..n {
             let idx = head.wrapping_add(i) & s.mask;
             debug_assert!(idx < s.slots.len());
             // SAFETY: idx is in head..tail, so the slot is initialised and belongs to the reader; reading
-            // it moves the value out, and advancing `head` below hands the slot back uninitialised.
-            let v = unsafe { (*s.slots.get_unchecked(idx).get()).assume_init_read() };
+            // it moves the value out, and `advance` (counted before `f` runs) hands the slot back
+            // uninitialised, so it is never read twice.
+            let v = s.slots[idx].with_mut(|p| unsafe { (*p).assume_init_read() });
+            advance.taken = i + 1;
             f(v);
         }
-        // Release: our reads of the slots happen before the writer reuses them.
-        s.head.0.store(head.wrapping_add(n), Ordering::Release);
+        drop(advance);
         n
     }
 
-    /// Values refused because the ring was full, since creation.
+    /// Drains like [`drain`](Self::drain) and says whether the ring is finished: `true` means the
+    /// writer was already gone before this drain began, so this drain took everything it will ever
+    /// push and the ring can be retired. (Checking after draining would race with a last push.)
+    pub fn drain_final(&mut self, f: impl FnMut(T)) -> (usize, bool) {
+        let gone = self.writer_gone();
+        (self.drain(f), gone)
+    }
+
+    /// Values refused because the ring was full (or counted by the writer), since creation.
     pub fn dropped(&self) -> u64 {
         self.shared.dropped.load(Ordering::Relaxed)
     }
 
-    /// Whether the writer has gone away (its thread exited).
+    /// Whether the writer has gone away (its thread exited). Once true, one more drain takes every
+    /// value it pushed (see [`drain_final`](Self::drain_final)).
     pub fn writer_gone(&self) -> bool {
-        Arc::strong_count(&self.shared) == 1
+        // Acquire: pairs with the writer's Release in its `Drop`.
+        !self.shared.writer_alive.load(Ordering::Acquire)
     }
 
     /// Number of slots.
@@ -183,7 +263,7 @@ impl<T: Send> RingReader<T> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
@@ -253,6 +333,39 @@ mod tests {
         }
     }
 
+    /// A callback that panics mid-drain: the values already handed out belong to it and must never
+    /// be read (and dropped) again; the rest stay in the ring for the next drain.
+    #[test]
+    fn a_panicking_drain_callback_drops_nothing_twice() {
+        static DROPS: [AtomicUsize; 6] = [const { AtomicUsize::new(0) }; 6];
+        struct Tracked(usize);
+        impl Drop for Tracked {
+            fn drop(&mut self) {
+                DROPS[self.0].fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let (mut w, mut r) = ring::<Tracked>(8);
+        for i in 0..6 {
+            assert!(w.try_push(Tracked(i)).is_ok());
+        }
+        let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            r.drain(|v| {
+                if v.0 == 2 {
+                    panic!("callback fails on value 2");
+                }
+            })
+        }));
+        assert!(res.is_err());
+        let dropped: Vec<usize> = DROPS.iter().map(|d| d.load(Ordering::SeqCst)).collect();
+        assert_eq!(dropped, [1, 1, 1, 0, 0, 0], "values 0..=2 were handed out");
+        let mut rest = Vec::new();
+        r.drain(|v| rest.push(v.0));
+        assert_eq!(rest, [3, 4, 5]);
+        drop((w, r));
+        let dropped: Vec<usize> = DROPS.iter().map(|d| d.load(Ordering::SeqCst)).collect();
+        assert_eq!(dropped, [1; 6], "every value dropped exactly once");
+    }
+
     #[test]
     fn drops_every_value_exactly_once() {
         {
@@ -267,5 +380,84 @@ mod tests {
             assert!(r.writer_gone());
         }
         assert_eq!(LIVE.load(Ordering::SeqCst), 0);
+    }
+}
+
+/// Model checks of the ring under loom: `RUSTFLAGS="--cfg loom" cargo test -p kinetrace-core --lib
+/// ring::loom` (scripts/loom.sh). Every interleaving of one writer and one reader is explored.
+#[cfg(all(test, loom))]
+mod loom {
+    use super::*;
+    use ::loom::thread;
+
+    /// Concurrent pushes and drains keep FIFO order, and every value is received or counted.
+    #[test]
+    fn push_and_drain_keep_order_and_account_for_everything() {
+        ::loom::model(|| {
+            let (mut w, mut r) = ring::<usize>(2);
+            let producer = thread::spawn(move || {
+                let mut pushed = 0;
+                for i in 0..3 {
+                    if w.try_push(i).is_ok() {
+                        pushed += 1;
+                    }
+                }
+                pushed
+            });
+            let mut got = Vec::new();
+            r.drain(|v| got.push(v));
+            let pushed = producer.join().unwrap();
+            r.drain(|v| got.push(v));
+            assert!(got.windows(2).all(|p| p[0] < p[1]), "{got:?}");
+            assert_eq!(got.len(), pushed);
+            assert_eq!(pushed as u64 + r.dropped(), 3);
+        });
+    }
+
+    /// The collector's retire protocol: values pushed just before the writer's thread exits are never
+    /// lost, whenever the collector looks.
+    #[test]
+    fn a_ring_is_retired_only_after_its_last_value() {
+        ::loom::model(|| {
+            let (mut w, mut r) = ring::<usize>(4);
+            let producer = thread::spawn(move || {
+                w.try_push(1).unwrap();
+                w.try_push(2).unwrap();
+            });
+            let mut got = 0;
+            loop {
+                let (n, finished) = r.drain_final(|_| {});
+                got += n;
+                if finished {
+                    break;
+                }
+                thread::yield_now();
+            }
+            producer.join().unwrap();
+            assert_eq!(got, 2);
+        });
+    }
+
+    /// A value left in the ring when both ends are dropped (on either thread) is dropped once.
+    #[test]
+    fn leftovers_are_dropped_once_whichever_end_goes_last() {
+        ::loom::model(|| {
+            let live = Arc::new(AtomicUsize::new(0));
+            struct Counted(Arc<AtomicUsize>);
+            impl Drop for Counted {
+                fn drop(&mut self) {
+                    self.0.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+            let (mut w, r) = ring::<Counted>(2);
+            let l = live.clone();
+            let producer = thread::spawn(move || {
+                l.fetch_add(1, Ordering::SeqCst);
+                let _ = w.try_push(Counted(l.clone()));
+            });
+            drop(r);
+            producer.join().unwrap();
+            assert_eq!(live.load(Ordering::SeqCst), 0);
+        });
     }
 }

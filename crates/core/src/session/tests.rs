@@ -258,3 +258,112 @@ fn close_saves_the_capture_in_progress_and_drop_after_close_is_fine() {
     let again = start(Trigger::OnDemand, 0, &out);
     drop(again);
 }
+
+/// Counts the spans named `name` a window receives, and reports the window's ring drops.
+struct CountSink {
+    name: crate::intern::NameId,
+    seen: u64,
+    out: Arc<Mutex<Vec<(u64, u64)>>>,
+}
+
+impl Sink for CountSink {
+    fn record(&mut self, a: &Activity) -> std::io::Result<()> {
+        if let Detail::UserAnnotation(span) = &a.detail {
+            if span.name == self.name {
+                self.seen += 1;
+            }
+        }
+        Ok(())
+    }
+    fn finish(self: Box<Self>, meta: &TraceMeta) -> std::io::Result<TraceOutput> {
+        let dropped = meta
+            .dropped
+            .iter()
+            .find(|(k, _)| k == "cpu_ring")
+            .map(|(_, n)| *n)
+            .unwrap_or(0);
+        self.out.lock().unwrap().push((self.seen, dropped));
+        Ok(TraceOutput {
+            path: None,
+            events: self.seen,
+            cycle: meta.cycle,
+        })
+    }
+}
+
+/// Threads that record and exit while the collector drains: every span is either in the trace or
+/// counted as dropped, including the last ones a thread pushes just before it exits (the collector
+/// must not retire a ring between draining it and seeing its writer gone).
+#[test]
+fn spans_of_exiting_threads_are_written_or_counted() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    const ROUNDS: usize = if cfg!(miri) { 2 } else { 400 };
+    const THREADS: usize = 8;
+    const SPANS: usize = 40;
+    let name = crate::intern::intern("exiting_thread_span");
+    let out: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
+    let out2 = out.clone();
+    let sinks = Box::new(move |_cycle: u32| -> std::io::Result<Box<dyn Sink>> {
+        Ok(Box::new(CountSink {
+            name,
+            seen: 0,
+            out: out2.clone(),
+        }))
+    });
+    let config = SessionConfig {
+        trigger: Trigger::Always,
+        // Small rings and a busy collector: drops and retirements race with the pushes.
+        ring_capacity: 16,
+        collect_interval: Duration::from_micros(200),
+        log: Arc::new(|_| {}),
+        ..SessionConfig::default()
+    };
+    let session = Session::start(config, Vec::new(), sinks, None).expect("tests take turns");
+    for _ in 0..ROUNDS {
+        let threads: Vec<_> = (0..THREADS)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    for _ in 0..SPANS {
+                        let _span = crate::recorder::SpanGuard::enter(name, true);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+    session.stop();
+    let got = out.lock().unwrap().clone();
+    assert_eq!(got.len(), 1);
+    let (seen, dropped) = got[0];
+    assert_eq!(
+        seen + dropped,
+        (ROUNDS * THREADS * SPANS) as u64,
+        "{seen} written + {dropped} dropped"
+    );
+}
+
+/// A push made while the same thread is already pushing (what a signal handler interrupting a push
+/// does) is refused rather than deadlocking, and counted with the ring drops.
+#[test]
+fn a_push_inside_a_push_is_refused_and_counted() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let before = crate::recorder::refused_pushes();
+    let record = |id| CpuRecord::End {
+        end: UnixNanos(1),
+        id,
+    };
+    let inner = std::thread::spawn(move || {
+        let mut inner_ok = None;
+        let outer_ok = crate::recorder::push_with(|_, _| {
+            inner_ok = Some(crate::recorder::push(record(2)));
+            record(1)
+        });
+        (outer_ok, inner_ok)
+    })
+    .join()
+    .unwrap();
+    assert_eq!(inner, (true, Some(false)));
+    assert_eq!(crate::recorder::refused_pushes() - before, 1);
+}

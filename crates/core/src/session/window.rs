@@ -33,6 +33,7 @@ impl State {
 
     pub(super) fn ring_drops_total(&self) -> u64 {
         self.retired_ring_drops
+            + recorder::refused_pushes()
             + recorder::registry()
                 .iter()
                 .map(|r| r.reader.dropped())
@@ -252,19 +253,17 @@ impl State {
             let mut retired = 0;
             reg.retain_mut(|r| {
                 let tid = r.tid;
-                let n = r.reader.drain(|rec| batch.push((tid, rec)));
+                let (n, finished) = r.reader.drain_final(|rec| batch.push((tid, rec)));
                 if n > 0 {
                     if let Some(t) = threads.as_mut() {
                         // Once per thread and window: the name for its `thread_name` row.
                         t.entry(tid).or_insert_with(|| r.thread_name.clone());
                     }
                 }
-                if r.reader.writer_gone() {
+                if finished {
                     retired += r.reader.dropped();
-                    false
-                } else {
-                    true
                 }
+                !finished
             });
             self.retired_ring_drops += retired;
         }
