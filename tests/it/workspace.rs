@@ -35,7 +35,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
 
 #[test]
 fn dependencies_point_the_right_way() {
-    let out = std::process::Command::new(env!("CARGO"))
+    let mut metadata = std::process::Command::new(env!("CARGO"));
+    metadata
         .args([
             "metadata",
             "--format-version",
@@ -43,9 +44,8 @@ fn dependencies_point_the_right_way() {
             "--no-deps",
             "--offline",
         ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo metadata runs");
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    let out = crate::util::output_within(metadata, std::time::Duration::from_secs(120));
     assert!(
         out.status.success(),
         "{}",

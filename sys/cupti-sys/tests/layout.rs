@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::mem::{offset_of, size_of};
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::Duration;
 
 use kinetrace_cupti_sys::{v12, v13};
 
@@ -372,8 +373,8 @@ fn check(wheel: &str, include: &str, layouts: Vec<Layout>) {
     std::fs::write(&src, c).unwrap();
     let cuda = root.join("nvidia-cuda-runtime-13.5.37/nvidia/cu13/include");
     let crt = root.join("nvidia-cuda-crt-13.5.37/nvidia/cu13/include");
-    let out = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .arg("-I")
+    let mut cc = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
+    cc.arg("-I")
         .arg(&inc)
         .arg("-I")
         .arg(&cuda)
@@ -381,15 +382,14 @@ fn check(wheel: &str, include: &str, layouts: Vec<Layout>) {
         .arg(&crt)
         .arg(&src)
         .arg("-o")
-        .arg(&exe)
-        .output()
-        .expect("a C compiler (cc) is needed for the layout test");
+        .arg(&exe);
+    let out = output_within(cc, Duration::from_secs(120));
     assert!(
         out.status.success(),
         "compiling against {wheel} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let run = Command::new(&exe).output().unwrap();
+    let run = output_within(Command::new(&exe), Duration::from_secs(60));
     let actual = String::from_utf8(run.stdout).unwrap();
     for (a, e) in actual.lines().zip(expected.lines()) {
         assert_eq!(a, e, "{wheel}: the C compiler and the bindings disagree");
@@ -445,4 +445,55 @@ fn layouts_match_cupti_13_5_headers() {
     v.extend(since_13_1());
     v.extend(since_13_5());
     check("nvidia-cuda-cupti-13.5.25", "nvidia/cu13/include", v);
+}
+
+/// Runs `cmd` to completion with its output captured; past `deadline` it is killed and the test fails
+/// with what it printed so far (a hung child must not hang the test run).
+fn output_within(
+    mut cmd: std::process::Command,
+    deadline: std::time::Duration,
+) -> std::process::Output {
+    use std::io::Read;
+    use std::process::Stdio;
+    let what = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    let reader = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = pipe.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let out = reader(Box::new(child.stdout.take().unwrap()));
+    let err = reader(Box::new(child.stderr.take().unwrap()));
+    let end = std::time::Instant::now() + deadline;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() >= end {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
+    match status {
+        Some(status) => std::process::Output {
+            status,
+            stdout,
+            stderr,
+        },
+        None => panic!(
+            "{what} did not finish within {deadline:?}; it printed:\n{}\n{}",
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        ),
+    }
 }
