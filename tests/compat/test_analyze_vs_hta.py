@@ -26,6 +26,11 @@ from hta.trace_analysis import TraceAnalysis
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
 ROOT = Path(__file__).resolve().parents[2]
+
+# Deadlines for child processes: a hung child fails the test (with its output) instead of hanging CI.
+# Builds get long ones (a cold release build on a loaded 2-core machine), everything else 5 minutes.
+BUILD_TIMEOUT = 1800
+RUN_TIMEOUT = 300
 TRACES = (ROOT / ".." / "shared" / "traces").resolve()
 TOL = 0.01
 
@@ -45,17 +50,22 @@ def kinetrace_bin() -> str:
     env = os.environ.get("KINETRACE_BIN")
     if env:
         return env
-    subprocess.run(["cargo", "build", "--quiet", "--release", "-p", "kinetrace-cli"], cwd=ROOT, check=True)
+    subprocess.run(
+        ["cargo", "build", "--quiet", "--release", "-p", "kinetrace-cli"], cwd=ROOT, check=True, timeout=BUILD_TIMEOUT
+    )
     meta = subprocess.run(
         ["cargo", "metadata", "--format-version", "1", "--no-deps"],
-        cwd=ROOT, check=True, capture_output=True, text=True,
+        cwd=ROOT, check=True, capture_output=True, text=True, timeout=RUN_TIMEOUT,
     )
     return str(Path(json.loads(meta.stdout)["target_directory"]) / "release" / "kinetrace")
 
 
 def run_kinetrace(trace_dir: Path):
     proc = subprocess.run(
-        [kinetrace_bin(), "analyze", "--json", "--quiet", str(trace_dir)], capture_output=True, text=True
+        [kinetrace_bin(), "analyze", "--json", "--quiet", str(trace_dir)],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
     )
     assert proc.returncode == 0, f"kinetrace analyze failed on {trace_dir}:\n{proc.stderr}"
     return json.loads(proc.stdout), proc.stderr
@@ -68,7 +78,7 @@ def fixture_dir(tmp_path_factory) -> Path:
     cmd = [binary, str(out)] if binary else [
         "cargo", "run", "--quiet", "--release", "--example", "hta_fixture", "--", str(out)
     ]
-    subprocess.run(cmd, cwd=ROOT, check=True)
+    subprocess.run(cmd, cwd=ROOT, check=True, timeout=BUILD_TIMEOUT)
     return out
 
 

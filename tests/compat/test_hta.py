@@ -25,6 +25,10 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# A deadline for the example run (or its cold release build on a loaded 2-core machine): a hung child
+# fails the test instead of hanging CI.
+BUILD_TIMEOUT = 1800
+
 
 def run_example(name: str, env_var: str, out_dir: Path) -> None:
     binary = os.environ.get(env_var)
@@ -32,7 +36,7 @@ def run_example(name: str, env_var: str, out_dir: Path) -> None:
         cmd = [binary, str(out_dir)]
     else:
         cmd = ["cargo", "run", "--quiet", "--release", "--example", name, "--", str(out_dir)]
-    subprocess.run(cmd, cwd=ROOT, check=True)
+    subprocess.run(cmd, cwd=ROOT, check=True, timeout=BUILD_TIMEOUT)
 
 
 @pytest.fixture(scope="module")

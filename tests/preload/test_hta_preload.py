@@ -22,16 +22,22 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# Deadlines for child processes: a hung child fails the test (with its output) instead of hanging CI.
+# Builds get long ones (a cold release build on a loaded 2-core machine), everything else 5 minutes.
+BUILD_TIMEOUT = 1800
+RUN_TIMEOUT = 300
+
 
 def built() -> Path:
     subprocess.run(
         ["cargo", "build", "--quiet", "--release", "-p", "kinetrace-preload", "--examples"],
         cwd=ROOT,
         check=True,
+        timeout=BUILD_TIMEOUT,
     )
     meta = subprocess.run(
         ["cargo", "metadata", "--format-version", "1", "--no-deps"],
-        cwd=ROOT, check=True, capture_output=True, text=True,
+        cwd=ROOT, check=True, capture_output=True, text=True, timeout=RUN_TIMEOUT,
     ).stdout
     import json
 
@@ -59,7 +65,8 @@ def trace_dir(tmp_path_factory) -> Path:
         RANK="0",
     )
     done = subprocess.run(
-        [str(target / "examples" / "fake_train"), "8", "--cuda"], env=env, check=True, capture_output=True, text=True
+        [str(target / "examples" / "fake_train"), "8", "--cuda"], env=env, check=True, capture_output=True, text=True,
+        timeout=RUN_TIMEOUT,
     )
     assert done.stdout == "fake_train: done 8 steps\n"
     assert done.stderr == ""

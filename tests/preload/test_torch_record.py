@@ -78,7 +78,7 @@ NO_DRIVER = "no CUDA driver in this process: profiling CPU activity only"
 def _target_dir() -> Path:
     meta = subprocess.run(
         ["cargo", "metadata", "--format-version", "1", "--no-deps"],
-        cwd=ROOT, check=True, capture_output=True, text=True,
+        cwd=ROOT, check=True, capture_output=True, text=True, timeout=300,
     ).stdout
     return Path(json.loads(meta)["target_directory"])
 
@@ -87,7 +87,7 @@ def _target_dir() -> Path:
 def built():
     subprocess.run(
         ["cargo", "build", "--quiet", "--release", "-p", "kinetrace-preload", "-p", "kinetrace-cli"],
-        cwd=ROOT, check=True,
+        cwd=ROOT, check=True, timeout=1800,
     )
     release = _target_dir() / "release"
     # record finds the shim next to its executable, as in an install.
