@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use kinetrace::activity::{MemcpyKind, MemoryKind};
-use kinetrace::{record_function, Profiler, Schedule, SimulatedGpu};
+use kinetrace::{record_function, record_function_dyn, Profiler, Schedule, SimulatedGpu};
 
 fn busy(d: Duration) {
     let t = Instant::now();
@@ -62,7 +62,7 @@ fn main() {
                 60_000,
             );
             for layer in 0..4 {
-                let _l = record_function(&format!("layer{layer}"));
+                let _l = record_function_dyn(&format!("layer{layer}"));
                 gpu.launch_kernel("ampere_sgemm_128x64_tn", 7, 120_000);
                 gpu.launch_kernel("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>", 7, 30_000);
                 busy(Duration::from_micros(40));

@@ -7,7 +7,7 @@
 
 use std::cell::RefCell;
 
-use kinetrace_core::clock::UnixNanos;
+use kinetrace_core::clock::Ticks;
 use kinetrace_core::intern::{intern, NameId};
 use kinetrace_core::recorder::{self, CpuRecord};
 use tracing_core::span::{Attributes, Id};
@@ -73,7 +73,7 @@ where
         recorder::push(CpuRecord::Begin {
             name,
             annotation: !self.cpu_ops,
-            start: UnixNanos::now(),
+            start: Ticks::now(),
             id: ext,
         });
     }
@@ -91,7 +91,7 @@ where
         let Some((_, ext, previous)) = popped else {
             return;
         };
-        let end = UnixNanos::now();
+        let end = Ticks::now();
         recorder::restore_external_id(previous);
         recorder::push(CpuRecord::End { end, id: ext });
     }

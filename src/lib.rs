@@ -32,7 +32,7 @@ use std::time::Duration;
 
 pub use kinetrace_core::activity::{self, ActivitySet, ActivityType};
 pub use kinetrace_core::intern::{intern, NameId};
-pub use kinetrace_core::recorder::SpanGuard;
+pub use kinetrace_core::recorder::{Callsite, SpanGuard};
 pub use kinetrace_core::schedule::{ProfilerAction, Schedule, ScheduleError, TimeWindow};
 pub use kinetrace_core::simulated::SimulatedGpu;
 pub use kinetrace_core::{
@@ -336,17 +336,42 @@ fn env_u32(key: &str) -> Result<Option<u32>, Error> {
 }
 
 /// Opens a named range (a `user_annotation`, like `torch.profiler.record_function`) that ends when
-/// the guard drops. Costs one relaxed load when no profiler is recording.
+/// the guard drops. Costs one relaxed load when no profiler is recording. The name is interned the
+/// first time a thread uses it and then found by its address, so a string literal costs no hashing;
+/// for names built at run time use [`record_function_dyn`].
+#[inline(always)]
+pub fn record_function(name: &'static str) -> SpanGuard {
+    SpanGuard::enter_static(name, true)
+}
+
+/// Like [`record_function`] for a name that is not `'static` (built at run time): the name is
+/// hashed and looked up on every call while recording.
 #[inline]
-pub fn record_function(name: &str) -> SpanGuard {
+pub fn record_function_dyn(name: &str) -> SpanGuard {
     if !kinetrace_core::recorder::is_active() {
-        return SpanGuard::enter(NameId::OVERFLOW, true);
+        return SpanGuard::inactive();
     }
     SpanGuard::enter(intern(name), true)
 }
 
+/// Whether spans are timed with the CPU's time-stamp counter in this process (an invariant counter
+/// the kernel trusts), rather than `CLOCK_MONOTONIC`.
+pub fn clock_is_tsc() -> bool {
+    kinetrace_core::clock::ticks_are_tsc()
+}
+
+/// Opens a `user_annotation` range whose name is interned once per call site (the cheapest form for
+/// hot code): `let _g = kinetrace::span!("forward");`. The name must be a `'static` string.
+#[macro_export]
+macro_rules! span {
+    ($name:expr) => {{
+        static CALLSITE: $crate::Callsite = $crate::Callsite::new($name);
+        $crate::record_function_id(CALLSITE.name_id())
+    }};
+}
+
 /// Like [`record_function`] with a name interned ahead of time (the cheapest form, for hot loops).
-#[inline]
+#[inline(always)]
 pub fn record_function_id(name: NameId) -> SpanGuard {
     SpanGuard::enter(name, true)
 }

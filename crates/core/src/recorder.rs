@@ -5,12 +5,12 @@
 //! the process-wide [`registry`], which the collector drains.
 
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use crate::activity::Activity;
-use crate::clock::UnixNanos;
-use crate::intern::NameId;
+use crate::clock::Ticks;
+use crate::intern::{intern, NameId};
 use crate::ring::{ring, RingReader, RingWriter};
 
 /// Whether recording is on (the session is in WARMUP or RECORD). Relaxed everywhere: a thread that
@@ -82,10 +82,10 @@ pub enum CpuRecord {
         name: NameId,
         /// `true` for `user_annotation`, `false` for `cpu_op`.
         annotation: bool,
-        /// Start time.
-        start: UnixNanos,
-        /// End time.
-        end: UnixNanos,
+        /// Start, on the recording clock (converted when drained).
+        start: Ticks,
+        /// End, on the recording clock.
+        end: Ticks,
         /// Span id (its `External id`).
         id: u64,
     },
@@ -96,15 +96,15 @@ pub enum CpuRecord {
         name: NameId,
         /// `true` for `user_annotation`, `false` for `cpu_op`.
         annotation: bool,
-        /// Start time.
-        start: UnixNanos,
+        /// Start, on the recording clock.
+        start: Ticks,
         /// Span id (its `External id`).
         id: u64,
     },
     /// The end of a span begun with [`CpuRecord::Begin`].
     End {
-        /// End time.
-        end: UnixNanos,
+        /// End, on the recording clock.
+        end: Ticks,
         /// Span id.
         id: u64,
     },
@@ -146,7 +146,14 @@ struct Tls {
     external_id: Cell<u64>,
     /// The thread's current block of span ids: (next, end).
     ids: Cell<(u64, u64)>,
+    /// Names of `'static` strings seen on this thread, by address: (address, length, id). A
+    /// `'static` string's bytes never change, so its address and length identify it and a repeated
+    /// span costs a compare instead of a hash.
+    names: [Cell<(usize, usize, NameId)>; NAME_CACHE],
 }
+
+/// Entries in each thread's cache of `'static` names (direct-mapped).
+const NAME_CACHE: usize = 64;
 
 impl Tls {
     #[inline]
@@ -161,6 +168,22 @@ impl Tls {
             self.ids.set((base + 1, base + SPAN_ID_BLOCK));
             base
         }
+    }
+
+    /// The id of a `'static` name, interning it only the first time this thread sees it.
+    #[inline]
+    fn static_name(&self, name: &'static str) -> NameId {
+        let key = (name.as_ptr() as usize, name.len());
+        // Literals are at least byte-aligned and spread over the binary's read-only data: the low
+        // address bits past the first few, mixed with the length, pick the slot.
+        let slot = &self.names[((key.0 >> 3) ^ key.1) % NAME_CACHE];
+        let (addr, len, id) = slot.get();
+        if (addr, len) == key {
+            return id;
+        }
+        let id = intern(name);
+        slot.set((key.0, key.1, id));
+        id
     }
 
     #[inline]
@@ -183,6 +206,7 @@ thread_local! {
             ring: RefCell::new(None),
             external_id: Cell::new(0),
             ids: Cell::new((0, 0)),
+            names: [const { Cell::new((0, 0, NameId::OVERFLOW)) }; NAME_CACHE],
         }
     };
 }
@@ -260,6 +284,41 @@ pub fn restore_external_id(previous: u64) {
     let _ = TLS.try_with(|t| t.external_id.set(previous));
 }
 
+/// A call site's span name, interned on first use and then read with one relaxed load (the way
+/// `tracing`'s macros cache their callsite). Made by the facade's `span!` macro.
+pub struct Callsite {
+    name: &'static str,
+    /// The interned id, or `u32::MAX` before the first use. Relaxed: every thread that races the
+    /// first use interns the same name and stores the same id.
+    id: AtomicU32,
+}
+
+impl Callsite {
+    /// A call site for `name`.
+    pub const fn new(name: &'static str) -> Callsite {
+        Callsite {
+            name,
+            id: AtomicU32::new(u32::MAX),
+        }
+    }
+
+    /// The interned name.
+    #[inline(always)]
+    pub fn name_id(&self) -> NameId {
+        match self.id.load(Ordering::Relaxed) {
+            u32::MAX => self.register(),
+            id => NameId(id),
+        }
+    }
+
+    #[cold]
+    fn register(&self) -> NameId {
+        let id = intern(self.name);
+        self.id.store(id.0, Ordering::Relaxed);
+        id
+    }
+}
+
 /// An open CPU span; records one `user_annotation` (or `cpu_op`) when dropped.
 ///
 /// Created inactive (costing one load) when the profiler is off.
@@ -271,35 +330,53 @@ pub struct SpanGuard {
 struct OpenSpan {
     name: NameId,
     annotation: bool,
-    start: UnixNanos,
+    start: Ticks,
     id: u64,
     previous_external_id: u64,
 }
 
 impl SpanGuard {
-    /// Opens a span named `name`: a `user_annotation` if `annotation`, else a `cpu_op`.
-    #[inline]
-    pub fn enter(name: NameId, annotation: bool) -> SpanGuard {
-        if !is_active() {
-            return SpanGuard { open: None };
-        }
-        Self::enter_active(name, annotation)
+    /// A guard that records nothing.
+    #[inline(always)]
+    pub const fn inactive() -> SpanGuard {
+        SpanGuard { open: None }
     }
 
-    #[inline(never)]
-    fn enter_active(name: NameId, annotation: bool) -> SpanGuard {
+    /// Opens a span named `name`: a `user_annotation` if `annotation`, else a `cpu_op`.
+    #[inline(always)]
+    pub fn enter(name: NameId, annotation: bool) -> SpanGuard {
+        if !is_active() {
+            return SpanGuard::inactive();
+        }
+        Self::enter_active(|_| name, annotation)
+    }
+
+    /// Like [`enter`](Self::enter) with a `'static` name, which is interned once per thread and
+    /// then found by its address: no hashing per span.
+    #[inline(always)]
+    pub fn enter_static(name: &'static str, annotation: bool) -> SpanGuard {
+        if !is_active() {
+            return SpanGuard::inactive();
+        }
+        Self::enter_active(|t| t.static_name(name), annotation)
+    }
+
+    #[inline]
+    fn enter_active(name: impl FnOnce(&Tls) -> NameId, annotation: bool) -> SpanGuard {
+        // One TLS access for the name, the id and the external-id stack.
         let ids = TLS.try_with(|t| {
+            let name = name(t);
             let id = t.next_span_id();
-            (id, t.external_id.replace(id))
+            (name, id, t.external_id.replace(id))
         });
-        let Ok((id, previous_external_id)) = ids else {
-            return SpanGuard { open: None };
+        let Ok((name, id, previous_external_id)) = ids else {
+            return SpanGuard::inactive();
         };
         SpanGuard {
             open: Some(OpenSpan {
                 name,
                 annotation,
-                start: UnixNanos::now(),
+                start: Ticks::now(),
                 id,
                 previous_external_id,
             }),
@@ -316,7 +393,7 @@ impl Drop for SpanGuard {
     #[inline]
     fn drop(&mut self) {
         if let Some(o) = self.open.take() {
-            let end = UnixNanos::now();
+            let end = Ticks::now();
             let pushed = TLS.try_with(|t| {
                 t.external_id.set(o.previous_external_id);
                 t.push_with(|_, _| CpuRecord::Span {

@@ -141,7 +141,7 @@ struct Window {
 struct StepSpan {
     id: u64,
     previous_external_id: u64,
-    start: UnixNanos,
+    start: crate::clock::Ticks,
     step: u64,
 }
 
@@ -176,6 +176,8 @@ struct State {
     drained: Vec<(u32, CpuRecord)>,
     /// Reused buffer for records polled from sources.
     polled: Vec<crate::activity::Activity>,
+    /// Converts the recording clock of drained records to Unix time.
+    clock: crate::clock::TickConverter,
 }
 
 enum RequestKind {
@@ -234,6 +236,7 @@ impl Session {
             stepped_aside: None,
             drained: Vec::new(),
             polled: Vec::new(),
+            clock: crate::clock::TickConverter::new(),
         };
         let first = state.target_action(Duration::ZERO);
         state.transition(first);

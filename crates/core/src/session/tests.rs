@@ -351,7 +351,7 @@ fn a_push_inside_a_push_is_refused_and_counted() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let before = crate::recorder::refused_pushes();
     let record = |id| CpuRecord::End {
-        end: UnixNanos(1),
+        end: crate::clock::Ticks(1),
         id,
     };
     let inner = std::thread::spawn(move || {

@@ -267,6 +267,9 @@ impl State {
             });
             self.retired_ring_drops += retired;
         }
+        // After the drain: every record in `batch` is older than this point, so its conversion
+        // interpolates between points and never extrapolates.
+        self.clock.calibrate();
         if !discard {
             let mut polled = std::mem::take(&mut self.polled);
             polled.clear();
@@ -290,7 +293,15 @@ impl State {
                     start,
                     end,
                     id,
-                } => Some(span_activity(name, annotation, start, end, id, pid, tid)),
+                } => Some(span_activity(
+                    name,
+                    annotation,
+                    self.clock.to_unix(start),
+                    self.clock.to_unix(end),
+                    id,
+                    pid,
+                    tid,
+                )),
                 CpuRecord::Begin { id, .. } => {
                     self.open_begins.insert((tid, id), (pid, rec));
                     None
@@ -304,7 +315,15 @@ impl State {
                             start,
                             id,
                         },
-                    )) => Some(span_activity(name, annotation, start, end, id, pid, tid)),
+                    )) => Some(span_activity(
+                        name,
+                        annotation,
+                        self.clock.to_unix(start),
+                        self.clock.to_unix(end),
+                        id,
+                        pid,
+                        tid,
+                    )),
                     _ => None,
                 },
             };
@@ -354,7 +373,7 @@ impl State {
         self.step_span = Some(StepSpan {
             id,
             previous_external_id: recorder::push_external_id(id),
-            start: UnixNanos::now(),
+            start: crate::clock::Ticks::now(),
             step: self.step_num,
         });
     }
@@ -365,15 +384,13 @@ impl State {
         };
         recorder::restore_external_id(s.previous_external_id);
         let name = intern(&format!("ProfilerStep#{}", s.step));
-        let end = UnixNanos::now();
-        recorder::push_with(|pid, tid| {
-            CpuRecord::Complete(Activity {
-                start: s.start,
-                end,
-                correlation: None,
-                external_id: Some(s.id),
-                detail: Detail::UserAnnotation(CpuSpan { name, pid, tid }),
-            })
+        // The same clock as the spans inside the step, so they nest exactly.
+        recorder::push(CpuRecord::Span {
+            name,
+            annotation: true,
+            start: s.start,
+            end: crate::clock::Ticks::now(),
+            id: s.id,
         });
     }
 }
