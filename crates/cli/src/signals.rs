@@ -73,23 +73,21 @@ fn lock(m: &Mutex<Stage>) -> MutexGuard<'_, Stage> {
 /// pipe), signals keep their default effect and the command still runs.
 pub fn install() -> Forwarder {
     let stage = Arc::new(Mutex::new(Stage::Before(Vec::new())));
-    let ignored = ignored_now();
-    let wanted: Vec<i32> = HANDLED
-        .into_iter()
-        .filter(|s| ignored & (1u64 << (s - 1)) == 0)
-        .collect();
-    let Ok(mut signals) = SignalsInfo::<WithRawSiginfo>::new(&wanted) else {
-        return Forwarder {
-            stage,
-            handle: None,
-            thread: None,
-        };
+    let off = |stage| Forwarder {
+        stage,
+        handle: None,
+        thread: None,
     };
-    let handle = signals.handle();
+    // The thread first: handlers with nobody to read them would swallow the signals (signal-hook
+    // does not put the default back when they are dropped).
+    let (tx, rx) = std::sync::mpsc::channel::<SignalsInfo<WithRawSiginfo>>();
     let shared = stage.clone();
-    let thread = std::thread::Builder::new()
+    let Ok(thread) = std::thread::Builder::new()
         .name("kinetrace-signals".into())
         .spawn(move || {
+            let Ok(mut signals) = rx.recv() else {
+                return;
+            };
             for info in signals.forever() {
                 let (sig, from_process) = (info.si_signo, sent_by_a_process(info.si_code));
                 let mut stage = lock(&shared);
@@ -102,19 +100,29 @@ pub fn install() -> Forwarder {
                     }
                 }
             }
-        });
-    let (handle, thread) = match thread {
-        Ok(t) => (Some(handle), Some(t)),
-        Err(_) => {
-            // No thread to read them: put the default effect back rather than swallow signals.
-            handle.close();
-            (None, None)
-        }
+        })
+    else {
+        return off(stage);
     };
+    let ignored = ignored_now();
+    let wanted: Vec<i32> = HANDLED
+        .into_iter()
+        .filter(|s| ignored & (1u64 << (s - 1)) == 0)
+        .collect();
+    let Ok(signals) = SignalsInfo::<WithRawSiginfo>::new(&wanted) else {
+        drop(tx);
+        let _ = thread.join();
+        return off(stage);
+    };
+    let handle = signals.handle();
+    if tx.send(signals).is_err() {
+        let _ = thread.join();
+        return off(stage);
+    }
     Forwarder {
         stage,
-        handle,
-        thread,
+        handle: Some(handle),
+        thread: Some(thread),
     }
 }
 
