@@ -403,12 +403,14 @@ fn python_dir() -> Result<tempfile::TempDir> {
         .tempdir_in(&base)
         .with_context(|| format!("cannot create a private directory in {}", base.display()))?;
     // The umask may have taken bits off; the directory is ours alone either way.
-    let meta = std::fs::symlink_metadata(dir.path())?;
+    let meta = std::fs::symlink_metadata(dir.path())
+        .with_context(|| format!("cannot read {}", dir.path().display()))?;
     if !meta.is_dir() || meta.uid() != rustix::process::geteuid().as_raw() {
         bail!("{} is not a directory of this user", dir.path().display());
     }
     if meta.mode() & 0o777 != 0o700 {
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))?;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("cannot make {} private", dir.path().display()))?;
     }
     std::fs::DirBuilder::new()
         .mode(0o700)
