@@ -11,7 +11,8 @@
 //!   `SI_USER`, `SI_QUEUE` or `SI_TKILL`). One the kernel generated (Ctrl-C, Ctrl-\, a terminal
 //!   hang-up) went to the whole foreground process group, the command included, so it is not sent
 //!   twice, unless the command left kinetrace's process group, which the terminal's signal then
-//!   missed.
+//!   missed. (A process that signals the whole group, `kill -INT -PGID`, reaches the command
+//!   directly and through kinetrace: it gets that signal twice. Nothing tells the two apart.)
 //! - A signal that was ignored when kinetrace started (`nohup`, `&` in a script) stays ignored by
 //!   kinetrace and, inherited, by the command.
 //!
