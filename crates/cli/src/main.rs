@@ -20,7 +20,11 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let result = match cli.command {
         cli::Command::Analyze(args) => args.plan().and_then(analyze::run_analyze),
-        cli::Command::Record(args) => args.plan().and_then(record::run_record),
+        cli::Command::Record(args) => {
+            // First of all: from here no signal can end kinetrace before it reached the command.
+            let signals = signals::install();
+            args.plan().and_then(|p| record::run_record(p, &signals))
+        }
         cli::Command::Trigger(args) => args.plan().and_then(trigger::run_trigger),
     };
     match result {

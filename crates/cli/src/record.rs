@@ -1,7 +1,7 @@
 //! `kinetrace record [options] -- COMMAND...`: run a command with the shim preloaded, then list the
-//! traces and print a short summary. Stages: arguments → a plain [`RecordPlan`] (the child's
-//! environment, validated against the config key table) → launch → wait (signals forwarded) → list
-//! → summary → exit with the command's code.
+//! traces and print a short summary. Stages: signal handlers installed (`main`) → arguments → a
+//! plain [`RecordPlan`] (the child's environment, validated against the config key table) →
+//! launch → wait (signals forwarded) → list → summary → exit with the command's code.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -11,7 +11,10 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use kinetrace::config::{Config, WINDOW_ENV_KEYS};
 
-/// The Python module and `sitecustomize` put on `PYTHONPATH` (written to a temporary directory).
+use crate::signals::Forwarder;
+
+/// The Python module and `sitecustomize` put on `PYTHONPATH` (written to a fresh private
+/// directory, see [`python_dir`]).
 const PY_INIT: &str = include_str!("../../../python/kinetrace/__init__.py");
 const PY_SITE: &str = include_str!("../../../python/sitecustomize.py");
 
@@ -296,11 +299,12 @@ fn find_shim() -> Result<PathBuf> {
     )
 }
 
-/// Runs the plan; exits with the command's status.
-pub fn run_record(plan: RecordPlan) -> Result<ExitCode> {
+/// Runs the plan; exits with the command's status. `signals` was installed before anything else
+/// (see [`crate::signals`]).
+pub fn run_record(plan: RecordPlan, signals: &Forwarder) -> Result<ExitCode> {
     let mut cmd = Command::new(&plan.command[0]);
     cmd.args(&plan.command[1..]);
-    let py_dir = tempdir_for_python()?;
+    let mut py_dir = None;
     if let (None, Some(shim)) = (&plan.disabled, &plan.shim) {
         for k in &plan.remove {
             cmd.env_remove(k);
@@ -321,13 +325,20 @@ pub fn run_record(plan: RecordPlan) -> Result<ExitCode> {
         if std::env::var_os("CUDA_INJECTION64_PATH").is_none_or(|v| v.is_empty()) {
             cmd.env("CUDA_INJECTION64_PATH", shim);
         }
-        if let Some(dir) = &py_dir {
-            let mut pp = dir.clone().into_os_string();
-            if let Some(old) = std::env::var_os("PYTHONPATH").filter(|v| !v.is_empty()) {
-                pp.push(":");
-                pp.push(old);
+        match python_dir() {
+            Ok(dir) => {
+                let mut pp = dir.path().as_os_str().to_os_string();
+                if let Some(old) = std::env::var_os("PYTHONPATH").filter(|v| !v.is_empty()) {
+                    pp.push(":");
+                    pp.push(old);
+                }
+                cmd.env("PYTHONPATH", pp);
+                py_dir = Some(dir);
             }
-            cmd.env("PYTHONPATH", pp);
+            // Only the hook needs the directory: the job runs profiled without it.
+            Err(e) => eprintln!(
+                "kinetrace: {e:#}; running with the Python hook off (PyTorch optimizer steps are not marked by themselves; set TMPDIR to a writable directory)"
+            ),
         }
     } else if let Some(why) = &plan.disabled {
         eprintln!("kinetrace: {why}; running the command without profiling");
@@ -346,26 +357,79 @@ pub fn run_record(plan: RecordPlan) -> Result<ExitCode> {
                 .with_context(|| format!("cannot run {}", plan.command[0].to_string_lossy()))
         }
     };
-    let forwarder = crate::signals::forward_to(child.id());
-    let status = child.wait().context("waiting for the command")?;
-    drop(forwarder);
+    signals.started(child.id());
+    wait_until_ended(child.id());
     if let Some(dir) = py_dir {
-        let _ = std::fs::remove_dir_all(dir.parent().unwrap_or(&dir));
+        let _ = dir.close();
     }
+    // From here a signal has its default effect on kinetrace; the pid is not reaped before this,
+    // so nothing was forwarded to a process that reused it.
+    signals.ended();
+    let status = child.wait().context("waiting for the command")?;
     if plan.disabled.is_none() {
         report(&plan);
     }
     Ok(crate::signals::exit_like(status))
 }
 
-fn tempdir_for_python() -> Result<Option<PathBuf>> {
-    let base = std::env::temp_dir().join(format!("kinetrace-python-{}", std::process::id()));
-    let dir = base.join("python");
-    std::fs::create_dir_all(dir.join("kinetrace"))
-        .with_context(|| format!("cannot create {}", dir.display()))?;
-    std::fs::write(dir.join("kinetrace/__init__.py"), PY_INIT)?;
-    std::fs::write(dir.join("sitecustomize.py"), PY_SITE)?;
-    Ok(Some(dir))
+/// Waits for `pid` (our child) to end without reaping it.
+fn wait_until_ended(pid: u32) {
+    use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
+    let Some(pid) = Pid::from_raw(pid as i32) else {
+        return;
+    };
+    loop {
+        match waitid(
+            WaitId::Pid(pid),
+            WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,
+        ) {
+            Err(rustix::io::Errno::INTR) => continue,
+            // Ended, or cannot wait this way: `Child::wait` reaps it either way.
+            _ => return,
+        }
+    }
+}
+
+/// A fresh private directory (random name, mode 0700, under `std::env::temp_dir()`) holding
+/// the `kinetrace` module and the `sitecustomize` for `PYTHONPATH`; removed when dropped. Files
+/// are created, never opened if present, so nothing planted there is followed or used.
+fn python_dir() -> Result<tempfile::TempDir> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+    let base = std::env::temp_dir();
+    let dir = tempfile::Builder::new()
+        .prefix("kinetrace-python-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir_in(&base)
+        .with_context(|| format!("cannot create a private directory in {}", base.display()))?;
+    // The umask may have taken bits off; the directory is ours alone either way.
+    let meta = std::fs::symlink_metadata(dir.path())
+        .with_context(|| format!("cannot read {}", dir.path().display()))?;
+    if !meta.is_dir() || meta.uid() != rustix::process::geteuid().as_raw() {
+        bail!("{} is not a directory of this user", dir.path().display());
+    }
+    if meta.mode() & 0o777 != 0o700 {
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("cannot make {} private", dir.path().display()))?;
+    }
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dir.path().join("kinetrace"))
+        .with_context(|| format!("cannot write to {}", dir.path().display()))?;
+    for (name, text) in [
+        ("kinetrace/__init__.py", PY_INIT),
+        ("sitecustomize.py", PY_SITE),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(dir)
 }
 
 /// Lists what was written, removes leftovers of processes that died mid-write, prints the summary.

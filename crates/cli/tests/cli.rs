@@ -1,15 +1,17 @@
 //! `kinetrace analyze` as a process: outputs, files written, messages and exit codes.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::{json, Value};
 
 fn kinetrace(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kinetrace"))
-        .args(args)
-        .output()
-        .expect("run kinetrace")
+    common::output(
+        Command::new(env!("CARGO_BIN_EXE_kinetrace")).args(args),
+        common::RUN,
+    )
 }
 
 fn text(b: &[u8]) -> String {

@@ -1,12 +1,18 @@
 //! `kinetrace record` and `kinetrace trigger` as processes, on the stand-in CUDA job of the preload
 //! crate (`crates/preload/examples/fake_train.rs`) with the fake libcupti. The shim and the job are
-//! built on first use with `cargo build -p kinetrace-preload --examples`.
+//! built on first use with `cargo build -p kinetrace-preload --examples`. Every wait on a process
+//! has a deadline (`common`).
 
+mod common;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use common::{output, Watched, RUN};
 use serde_json::Value;
 
 struct Built {
@@ -26,8 +32,13 @@ fn built() -> &'static Built {
         if profile.file_name().is_some_and(|n| n == "release") {
             c.arg("--release");
         }
-        let st = c.status().expect("run cargo");
-        assert!(st.success(), "building kinetrace-preload failed");
+        // A cold build on a loaded 2-core machine takes minutes; this only bounds a hang.
+        let o = output(&mut c, Duration::from_secs(1800));
+        assert!(
+            o.status.success(),
+            "building kinetrace-preload failed: {}",
+            text(&o.stderr)
+        );
         Built {
             shim: profile.join("examples/libkinetrace.so"),
             train: profile.join("examples/fake_train"),
@@ -84,7 +95,7 @@ impl World {
         args.push("--");
         args.push(&train);
         args.extend_from_slice(job);
-        self.kinetrace(&args).output().unwrap()
+        output(&mut self.kinetrace(&args), RUN)
     }
 
     fn traces(&self) -> Vec<PathBuf> {
@@ -222,24 +233,25 @@ fn record_then_trigger_mid_run() {
         "--ready-file",
         ready.to_str().unwrap(),
     ]);
-    c.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let record = c.spawn().unwrap();
+    let record = Watched::spawn(&mut c);
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::fs::read_dir(w.ctl()).map(|d| d.count()).unwrap_or(0) == 0 {
-        assert!(Instant::now() < deadline, "no control socket");
+        if Instant::now() > deadline {
+            record.fail("no control socket");
+        }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let o = w
-        .kinetrace(&[
+    let o = output(
+        &mut w.kinetrace(&[
             "trigger",
             "--iterations",
             "3",
             "--out",
             "incident",
             "--wait",
-        ])
-        .output()
-        .unwrap();
+        ]),
+        RUN,
+    );
     let out = text(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
     let lines: Vec<&str> = out.lines().collect();
@@ -266,20 +278,20 @@ fn record_then_trigger_mid_run() {
         .unwrap();
     let want: Vec<u64> = (a..=b).collect();
     assert_eq!(steps(Path::new(path)), (want.clone(), want));
-    let st = w.kinetrace(&["trigger", "--status"]).output().unwrap();
+    let st = output(&mut w.kinetrace(&["trigger", "--status"]), RUN);
     assert!(
         text(&st.stdout).contains("1 trace(s) written"),
         "{}",
         text(&st.stdout)
     );
-    let r = record.wait_with_output().unwrap();
+    let r = record.finish(RUN);
     assert_eq!(r.status.code(), Some(0), "{}", text(&r.stderr));
     assert_eq!(w.traces().len(), 1, "on-demand: only the triggered capture");
     // Nothing is listening any more.
-    let o = w
-        .kinetrace(&["trigger", "--all", "--iterations", "1"])
-        .output()
-        .unwrap();
+    let o = output(
+        &mut w.kinetrace(&["trigger", "--all", "--iterations", "1"]),
+        RUN,
+    );
     assert_eq!(o.status.code(), Some(2));
     assert!(
         text(&o.stderr).contains("no kinetrace-enabled process found"),
@@ -302,42 +314,326 @@ fn a_malformed_option_runs_the_command_untouched() {
         "kinetrace: KINETRACE_ITERATIONS: `many` is not an integer; expected an integer >= 1, such as 3; running the command without profiling\n"
     );
     assert!(!w.tmp.path().join("traces").exists());
-    let o = w
-        .kinetrace(&["record", "--", "/nonexistent/program"])
-        .output()
-        .unwrap();
+    let o = output(
+        &mut w.kinetrace(&["record", "--", "/nonexistent/program"]),
+        RUN,
+    );
     assert_eq!(o.status.code(), Some(127));
     assert!(
         text(&o.stderr).contains("could not find an executable with the name /nonexistent/program")
     );
 }
 
-#[test]
-fn signals_sent_to_record_reach_the_command() {
-    let w = World::new();
-    let mut c = w.kinetrace(&[
+fn send(pid: u32, sig: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(pid as i32).unwrap();
+    rustix::process::kill_process(pid, sig).unwrap();
+}
+
+/// `kinetrace record --no-summary -- sh -c SCRIPT`, not yet waited for.
+fn record_sh(w: &World, script: &str) -> Watched {
+    Watched::spawn(&mut w.kinetrace(&[
         "record",
+        "--no-summary",
         "-o",
         "traces",
         "--",
         "sh",
         "-c",
+        script,
+    ]))
+}
+
+/// The pids of live processes whose command line contains `tag`; they are killed, so a failing
+/// test leaves nothing behind.
+fn reap_tagged(tag: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        if cmdline.windows(tag.len()).any(|w| w == tag.as_bytes()) {
+            found.push(pid);
+            if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+                let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn signals_sent_to_record_reach_the_command() {
+    let w = World::new();
+    let r = record_sh(
+        &w,
         "trap 'echo got TERM; exit 42' TERM; echo ready; while :; do sleep 0.01; done",
-    ]);
-    c.stdout(Stdio::piped());
-    let mut child = c.spawn().unwrap();
-    let mut out = child.stdout.take().unwrap();
-    let mut first = [0u8; 6];
-    use std::io::Read;
-    out.read_exact(&mut first).unwrap();
-    assert_eq!(&first, b"ready\n");
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let status = child.wait().unwrap();
-    let mut rest = String::new();
-    out.read_to_string(&mut rest).unwrap();
-    assert_eq!(rest, "got TERM\n");
-    assert_eq!(status.code(), Some(42));
+    )
+    .wait_for_stdout("ready\n", RUN);
+    send(r.id(), rustix::process::Signal::TERM);
+    let o = r.finish(RUN);
+    assert_eq!(text(&o.stdout), "ready\ngot TERM\n", "{}", text(&o.stderr));
+    assert_eq!(o.status.code(), Some(42));
+}
+
+#[test]
+fn sigint_sighup_and_sigquit_sent_to_record_alone_reach_the_command() {
+    use rustix::process::Signal;
+    for (sig, name, code) in [
+        (Signal::INT, "INT", 43),
+        (Signal::HUP, "HUP", 44),
+        (Signal::QUIT, "QUIT", 45),
+    ] {
+        let w = World::new();
+        let r = record_sh(
+            &w,
+            &format!(
+                "trap 'echo got {name}; exit {code}' {name}; echo ready; while :; do sleep 0.01; done"
+            ),
+        )
+        .wait_for_stdout("ready\n", RUN);
+        // To record's pid alone, as `kill -INT PID` does (not to the process group).
+        send(r.id(), sig);
+        let o = r.finish(RUN);
+        assert_eq!(
+            text(&o.stdout),
+            format!("ready\ngot {name}\n"),
+            "{}",
+            text(&o.stderr)
+        );
+        assert_eq!(o.status.code(), Some(code), "SIG{name}");
+    }
+}
+
+#[test]
+fn sigterm_at_any_moment_after_start_reaches_the_command_and_leaves_no_orphan() {
+    let w = World::new();
+    let runs: u64 = 24;
+    for i in 0..runs {
+        // Spread over 0-50 ms after spawning record: before it installs anything, while it
+        // prepares the command, right after the command starts, once the job's trap is set.
+        let delay = Duration::from_micros(50_000 * i / (runs - 1));
+        let tag = format!("kinetrace-sigterm-{}-{i}", std::process::id());
+        let r = record_sh(
+            &w,
+            &format!(": {tag}; trap 'exit 42' TERM; while :; do sleep 0.01; done"),
+        );
+        std::thread::sleep(delay);
+        send(r.id(), rustix::process::Signal::TERM);
+        // Fails (and kills the group) if record hangs or the job outlives it holding the pipes.
+        let o = r.finish(RUN);
+        let orphans = reap_tagged(&tag);
+        assert!(
+            orphans.is_empty(),
+            "run {i} ({delay:?}): the job outlived record: pids {orphans:?}; record {:?}, stderr {}",
+            o.status,
+            text(&o.stderr)
+        );
+        // The job's trap ran (42), or the job died of TERM and record died the same way, or
+        // record died of it before it started anything.
+        let how = (o.status.code(), o.status.signal());
+        assert!(
+            how == (Some(42), None) || how == (None, Some(15)),
+            "run {i} ({delay:?}): record ended with {:?}: {}",
+            o.status,
+            text(&o.stderr)
+        );
+    }
+}
+
+#[test]
+fn record_dies_of_the_signal_that_killed_the_command() {
+    let w = World::new();
+    let o = record_sh(&w, "kill -USR1 $$").finish(RUN);
+    assert_eq!(o.status.signal(), Some(10), "{:?}", o.status);
+    let o = record_sh(&w, "exit 9").finish(RUN);
+    assert_eq!(o.status.code(), Some(9));
+}
+
+/// The `n` pids the kernel is likely to hand out after `last`, wrapping at `pid_max` (to 300 in
+/// the first pid namespace, lower in others: the low ones are all included).
+fn next_pids(last: u32, n: u32) -> Vec<u32> {
+    let max: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(4_194_304);
+    let mut v: Vec<u32> = (last + 1..=last + n).filter(|p| *p < max).collect();
+    if last + n >= max {
+        v.extend(1..=(last + n - max) + 300);
+    }
+    v
+}
+
+/// Plants, for each pid record is likely to get next, what another local user could put at the
+/// old predictable `$TMPDIR/kinetrace-python-<pid>` path: a symlink to a directory of the victim,
+/// or a directory holding their own `sitecustomize.py`.
+#[test]
+fn the_python_directory_is_fresh_private_and_ignores_planted_paths() {
+    const AHEAD: u32 = 400;
+    const PLANTED_SITE: &str = "raise SystemExit('planted')\n";
+    let me = rustix::process::geteuid().as_raw();
+    for kind in ["symlink", "directory"] {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let w = World::new();
+            let tmpdir = w.tmp.path().join("tmp");
+            let victim = w.tmp.path().join("victim");
+            std::fs::create_dir(&tmpdir).unwrap();
+            std::fs::create_dir(&victim).unwrap();
+            std::fs::write(victim.join("keep"), "the victim's").unwrap();
+            // Pids are handed out in order: the next ones follow this probe's.
+            let probe = Watched::spawn(&mut Command::new("true"));
+            let pids = next_pids(probe.id(), AHEAD);
+            probe.finish(RUN);
+            for &pid in &pids {
+                let p = tmpdir.join(format!("kinetrace-python-{pid}"));
+                if kind == "symlink" {
+                    std::os::unix::fs::symlink(&victim, &p).unwrap();
+                } else {
+                    std::fs::create_dir_all(p.join("python/kinetrace")).unwrap();
+                    std::fs::write(p.join("python/sitecustomize.py"), PLANTED_SITE).unwrap();
+                }
+            }
+            let go = w.tmp.path().join("go");
+            let r = Watched::spawn(
+                w.kinetrace(&[
+                    "record",
+                    "--no-summary",
+                    "-o",
+                    "traces",
+                    "--",
+                    "sh",
+                    "-c",
+                    "echo \"pp=$PYTHONPATH\"; while [ ! -e \"$GO\" ]; do sleep 0.01; done",
+                ])
+                .env("TMPDIR", &tmpdir)
+                .env("GO", &go)
+                .env_remove("PYTHONPATH"),
+            );
+            let pid = r.id();
+            let r = r.wait_for_stdout("\n", RUN);
+            let out = r.stdout();
+            let dir = PathBuf::from(out.trim().strip_prefix("pp=").unwrap_or(""));
+            // While the job runs: a directory of ours, private, not one of the planted paths.
+            let meta = std::fs::symlink_metadata(&dir);
+            std::fs::write(&go, "").unwrap();
+            let o = r.finish(RUN);
+            assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+            // Nothing planted was touched.
+            let mut kept: Vec<_> = std::fs::read_dir(&victim)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            kept.sort();
+            assert_eq!(
+                kept,
+                ["keep"],
+                "{kind}: the victim's directory was written to"
+            );
+            if kind == "directory" {
+                for p in &pids {
+                    let d = tmpdir.join(format!("kinetrace-python-{p}/python"));
+                    assert_eq!(
+                        std::fs::read_to_string(d.join("sitecustomize.py"))
+                            .unwrap_or_else(|e| format!("({e})")),
+                        PLANTED_SITE,
+                        "the planted sitecustomize of pid {p} was rewritten or removed"
+                    );
+                    assert_eq!(
+                        std::fs::read_dir(d.join("kinetrace"))
+                            .map(|d| d.count())
+                            .ok(),
+                        Some(0),
+                        "the planted directory of pid {p} was written to or removed"
+                    );
+                }
+            }
+            assert_eq!(
+                std::fs::read_dir(&tmpdir).unwrap().count(),
+                pids.len(),
+                "{kind}: only the planted entries are left"
+            );
+            assert_eq!(dir.parent(), Some(tmpdir.as_path()), "{out}");
+            let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+            let planted = name
+                .strip_prefix("kinetrace-python-")
+                .and_then(|n| n.parse::<u32>().ok())
+                .is_some_and(|n| pids.contains(&n));
+            assert!(
+                !planted,
+                "{kind}: record used the planted {}",
+                dir.display()
+            );
+            let meta = meta.unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+            assert!(
+                meta.is_dir(),
+                "{kind}: {} is not a directory",
+                dir.display()
+            );
+            assert_eq!(meta.mode() & 0o7777, 0o700, "{kind}: {}", dir.display());
+            assert_eq!(meta.uid(), me);
+            assert!(!dir.exists(), "{kind}: {} is left behind", dir.display());
+            if pids.contains(&pid) {
+                break;
+            }
+            // record's pid fell outside the planted range (pid wrap-around, a burst of other
+            // processes): the planted paths were not where the old code would have looked.
+            assert!(
+                tries < 5,
+                "record's pid {pid} was never among the {} planted",
+                pids.len()
+            );
+        }
+    }
+}
+
+#[test]
+fn an_unusable_tmpdir_runs_the_command_without_the_python_hook() {
+    let w = World::new();
+    let file = w.tmp.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    // Root may write anywhere but /proc; others cannot write into a 0500 directory.
+    let unwritable = if rustix::process::geteuid().is_root() {
+        PathBuf::from("/proc")
+    } else {
+        let d = w.tmp.path().join("read-only");
+        std::fs::create_dir(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o500)).unwrap();
+        d
+    };
+    for tmpdir in [file, w.tmp.path().join("missing/dir"), unwritable] {
+        let o = output(
+            w.kinetrace(&[
+                "record",
+                "--no-summary",
+                "-o",
+                "traces",
+                "--",
+                "sh",
+                "-c",
+                "echo \"pp=$PYTHONPATH\"; case \"$LD_PRELOAD\" in *libkinetrace.so*) echo preloaded;; esac; exit 7",
+            ])
+            .env("TMPDIR", &tmpdir)
+            .env_remove("PYTHONPATH"),
+            RUN,
+        );
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(7), "{}: {err}", tmpdir.display());
+        assert_eq!(
+            text(&o.stdout),
+            "pp=\npreloaded\n",
+            "{}: profiled, without the Python directory: {err}",
+            tmpdir.display()
+        );
+        let said: Vec<&str> = err.lines().filter(|l| l.contains("Python hook")).collect();
+        assert_eq!(said.len(), 1, "{}: {err}", tmpdir.display());
+        assert!(
+            said[0].starts_with("kinetrace: ") && said[0].contains(&*tmpdir.to_string_lossy()),
+            "{}",
+            said[0]
+        );
+    }
 }
