@@ -6,10 +6,19 @@
 //! has one in its global scope.
 //!
 //! ```text
-//! fake_train STEPS [--cuda] [--sleep-ms MS] [--fork-at N] [--takeover-at N] [--exit-code C]
-//!            [--ready-file PATH] [--wait-file PATH]
+//! fake_train STEPS [--cuda] [--sleep-ms MS] [--takeover-at N] [--exit-code C]
+//!            [--ready-file PATH] [--wait-file PATH] [--default-sigpipe]
+//!            [--fork-at N|start [--child-cuda] [--child-exit exit|_exit]]
 //! ```
 //! Prints `fake_train: done STEPS steps` and exits with `--exit-code` (default 0).
+//!
+//! `--fork-at N` forks after the step call of step N, `--fork-at start` before anything (CUDA, the
+//! first step): the child reports three steps (first initialising CUDA itself and launching
+//! `child_step<N>_kernel<K>` kernels with `--child-cuda`), prints `fake_train: child PID done` and
+//! leaves with `exit` (atexit handlers run) or `_exit` (they do not, as Python's `os._exit` in
+//! multiprocessing workers); the parent waits for it and prints `fake_train: child status S`.
+//! `--default-sigpipe` restores SIGPIPE's default action (Rust programs ignore it; C programs do
+//! not), so a write to a closed pipe kills the process as it would kill a C job.
 
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::time::Duration;
@@ -41,6 +50,79 @@ extern "C" fn dummy_complete(
 ) {
 }
 
+/// What the driver does in `cuInit` with an injection library (load it, call `InitializeInjection`),
+/// then the fake libcupti's launch entry point.
+fn init_cuda(keep: &mut Vec<libloading::Library>) -> Launch {
+    if let Some(path) = std::env::var_os("CUDA_INJECTION64_PATH") {
+        // SAFETY: (test program) the injection library's initialisers are the shim's constructor.
+        if let Ok(lib) = unsafe { libloading::Library::new(&path) } {
+            type Init = unsafe extern "C" fn() -> c_int;
+            // SAFETY: (test program) `int InitializeInjection(void)`.
+            let init = unsafe { lib.get::<Init>(b"InitializeInjection\0") };
+            if let Ok(f) = init {
+                // SAFETY: (test program) the documented signature.
+                unsafe { f() };
+            }
+            keep.push(lib);
+        }
+    }
+    let cupti = std::env::var_os("KINETRACE_CUPTI_PATH").unwrap_or_else(|| "libcupti.so.12".into());
+    // SAFETY: (test program) the fake libcupti.
+    let lib = unsafe { libloading::Library::new(&cupti) }.expect("the fake libcupti loads");
+    // SAFETY: (test program) the fake's launch entry point.
+    let launch = *unsafe { lib.get::<Launch>(b"fake_cupti_launch_kernel\0") }.unwrap();
+    keep.push(lib);
+    launch
+}
+
+fn launch_two(launch: Option<Launch>, prefix: &str, step: u64) {
+    if let Some(f) = launch {
+        for k in 0..2 {
+            let name = CString::new(format!("{prefix}step{step}_kernel{k}")).unwrap();
+            // SAFETY: (test program) a NUL-terminated name, plain values.
+            unsafe { f(name.as_ptr(), 7, 1_000) };
+        }
+    }
+}
+
+struct Fork {
+    child_cuda: bool,
+    underscore_exit: bool,
+    sleep: Duration,
+}
+
+/// Forks; the child reports three steps and leaves, the parent waits for it.
+fn fork_here(fork: &Fork, step_fn: Option<unsafe extern "C" fn()>) {
+    use std::io::Write;
+    // Nothing buffered may be written twice.
+    let _ = std::io::stdout().flush();
+    // SAFETY: (test program) fork; the child only steps, maybe loads the libraries, and leaves.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let mut keep = Vec::new();
+        let launch = fork.child_cuda.then(|| init_cuda(&mut keep));
+        for step in 0..3 {
+            launch_two(launch, "child_", step);
+            std::thread::sleep(fork.sleep);
+            if let Some(f) = step_fn {
+                // SAFETY: (test program) `void kinetrace_step(void)`.
+                unsafe { f() };
+            }
+        }
+        println!("fake_train: child {} done", std::process::id());
+        let _ = std::io::stdout().flush();
+        if fork.underscore_exit {
+            // SAFETY: (test program) leaving without atexit handlers, as os._exit does.
+            unsafe { libc::_exit(0) };
+        }
+        std::process::exit(0);
+    }
+    let mut status = 0;
+    // SAFETY: (test program) waiting for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    println!("fake_train: child status {status}");
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let steps: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(3);
@@ -50,11 +132,20 @@ fn main() {
             .and_then(|s| s.parse().ok())
             .unwrap_or(0),
     );
-    let fork_at: Option<u64> = arg_after(&args, "--fork-at").and_then(|s| s.parse().ok());
+    let fork_at = arg_after(&args, "--fork-at");
+    let fork = Fork {
+        child_cuda: args.iter().any(|a| a == "--child-cuda"),
+        underscore_exit: arg_after(&args, "--child-exit").as_deref() == Some("_exit"),
+        sleep,
+    };
     let takeover_at: Option<u64> = arg_after(&args, "--takeover-at").and_then(|s| s.parse().ok());
     let exit_code: i32 = arg_after(&args, "--exit-code")
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
+    if args.iter().any(|a| a == "--default-sigpipe") {
+        // SAFETY: (test program) setting a signal's disposition to its default.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
 
     // SAFETY: (test program) opening the process's own global scope.
     let this = libloading::os::unix::Library::this();
@@ -64,31 +155,11 @@ fn main() {
             .ok()
             .map(|s| *s);
 
-    let mut launch: Option<Launch> = None;
-    let mut _keep = Vec::new();
-    if cuda {
-        // The driver's part of cuInit: load the injection library and call it.
-        if let Some(path) = std::env::var_os("CUDA_INJECTION64_PATH") {
-            // SAFETY: (test program) the injection library's initialisers are the shim's constructor.
-            if let Ok(lib) = unsafe { libloading::Library::new(&path) } {
-                type Init = unsafe extern "C" fn() -> c_int;
-                // SAFETY: (test program) `int InitializeInjection(void)`.
-                let init = unsafe { lib.get::<Init>(b"InitializeInjection\0") };
-                if let Ok(f) = init {
-                    // SAFETY: (test program) the documented signature.
-                    unsafe { f() };
-                }
-                _keep.push(lib);
-            }
-        }
-        let cupti =
-            std::env::var_os("KINETRACE_CUPTI_PATH").unwrap_or_else(|| "libcupti.so.12".into());
-        // SAFETY: (test program) the fake libcupti.
-        let lib = unsafe { libloading::Library::new(&cupti) }.expect("the fake libcupti loads");
-        // SAFETY: (test program) the fake's launch entry point.
-        launch = Some(*unsafe { lib.get::<Launch>(b"fake_cupti_launch_kernel\0") }.unwrap());
-        _keep.push(lib);
+    if fork_at.as_deref() == Some("start") {
+        fork_here(&fork, step_fn);
     }
+    let mut _keep = Vec::new();
+    let launch = cuda.then(|| init_cuda(&mut _keep));
     if let Some(p) = arg_after(&args, "--ready-file") {
         std::fs::write(p, std::process::id().to_string()).unwrap();
     }
@@ -98,13 +169,7 @@ fn main() {
         }
     }
     for step in 0..steps {
-        if let Some(f) = launch {
-            for k in 0..2 {
-                let name = CString::new(format!("step{step}_kernel{k}")).unwrap();
-                // SAFETY: (test program) a NUL-terminated name, plain values.
-                unsafe { f(name.as_ptr(), 7, 1_000) };
-            }
-        }
+        launch_two(launch, "", step);
         if takeover_at == Some(step) {
             // What torch.profiler's Kineto does when it starts: resolve through the global scope.
             // SAFETY: (test program) CUPTI's signature.
@@ -125,23 +190,8 @@ fn main() {
             // SAFETY: (test program) `void kinetrace_step(void)`.
             unsafe { f() };
         }
-        if fork_at == Some(step) {
-            // SAFETY: (test program) fork; the child only calls the step function and exits.
-            let pid = unsafe { libc::fork() };
-            if pid == 0 {
-                for _ in 0..3 {
-                    if let Some(f) = step_fn {
-                        // SAFETY: as above.
-                        unsafe { f() };
-                    }
-                }
-                println!("fake_train: child done");
-                std::process::exit(0);
-            }
-            let mut status = 0;
-            // SAFETY: (test program) waiting for our own child.
-            unsafe { libc::waitpid(pid, &mut status, 0) };
-            println!("fake_train: child status {status}");
+        if fork_at.as_deref() == Some(step.to_string().as_str()) {
+            fork_here(&fork, step_fn);
         }
     }
     println!("fake_train: done {steps} steps");

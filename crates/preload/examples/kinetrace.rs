@@ -3,6 +3,8 @@
 
 #[path = "../src/nvtx.rs"]
 mod nvtx;
+#[path = "../src/report.rs"]
+mod report;
 #[path = "../src/shim.rs"]
 mod shim;
 

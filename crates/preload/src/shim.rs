@@ -21,6 +21,7 @@ extern "C" fn on_load() {
             inject::set_library_path(me.clone());
         }
         inject::set_peer_uid(peer_uid);
+        crate::report::install();
         let unset = |name: &str| std::env::var_os(name).is_none_or(|v| v.is_empty());
         let me = me.and_then(|p| CString::new(p.into_os_string().into_encoded_bytes()).ok());
         if let Some(c) = &me {

@@ -4,7 +4,9 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -208,17 +210,114 @@ fn exit_saves_a_capture_in_progress_within_the_budget() {
     assert!(took < Duration::from_secs(10), "{took:?}");
 }
 
+/// The pid in a trace's file name (`{host}_{pid}.{time}.pt.trace.json`).
+fn trace_pid(p: &Path) -> u32 {
+    let name = p.file_name().unwrap().to_string_lossy();
+    let worker = name.split('.').next().unwrap();
+    worker.rsplit('_').next().unwrap().parse().unwrap()
+}
+
+/// `fake_train: child PID done` in the job's stdout.
+fn child_pid(out: &str) -> u32 {
+    out.lines()
+        .find_map(|l| l.strip_prefix("fake_train: child ")?.strip_suffix(" done"))
+        .unwrap_or_else(|| panic!("no child line in {out:?}"))
+        .parse()
+        .unwrap()
+}
+
+/// Runs the stand-in job (`--cuda`, whole run) with a fork; returns (stdout, parent pid, child pid).
+fn train_with_fork(w: &World, fork_at: &str, child: &[&str]) -> (String, u32, u32) {
+    let mut args = vec!["4", "--cuda", "--fork-at", fork_at];
+    args.extend_from_slice(child);
+    let mut c = w.preloaded(fake_train(), &args);
+    c.env("KINETRACE_WHOLE_RUN", "1");
+    let job = Job::spawn(c).show(&w.log);
+    let parent = job.id();
+    let o = job.wait();
+    let out = text(&o.stdout);
+    let what = format!("fork at {fork_at} {child:?}");
+    assert_eq!(o.status.code(), Some(0), "{what}: {}", text(&o.stderr));
+    assert_eq!(text(&o.stderr), "", "{what}");
+    assert!(
+        out.contains("fake_train: child status 0\n"),
+        "{what}: {out}"
+    );
+    assert!(out.ends_with("fake_train: done 4 steps\n"), "{what}: {out}");
+    let child = child_pid(&out);
+    (out, parent, child)
+}
+
+/// The parent's trace is whole and it is the only one; nothing else is left (no spool, no
+/// temporary file, no control socket).
+fn assert_only_the_parents_trace(w: &World, what: &str, parent: u32) {
+    let traces = w.traces();
+    assert_eq!(
+        traces.len(),
+        1,
+        "{what}: expected the parent's trace only, got {traces:?}; log:\n{}",
+        w.log_text()
+    );
+    assert_eq!(trace_pid(&traces[0]), parent, "{what}: {traces:?}");
+    let t = Trace::load(&traces[0]);
+    assert_eq!(t.kernel_steps(), vec![0, 1, 2, 3], "{what}");
+    assert!(t.steps().iter().all(|s| *s <= 4), "{what}: {:?}", t.steps());
+    assert!(
+        w.leftovers().is_empty(),
+        "{what}: files left: {:?}",
+        w.leftovers()
+    );
+    assert_eq!(
+        control::list_sockets(&w.ctl),
+        vec![],
+        "{what}: control sockets left"
+    );
+}
+
+/// A child forked from a profiling parent (DataLoader workers) profiles nothing, however it leaves
+/// and even if it initialises CUDA itself.
 #[test]
 fn forked_children_do_not_inherit_the_capture() {
+    for child in [
+        &[][..],
+        &["--child-exit", "_exit"],
+        &["--child-cuda"],
+        &["--child-cuda", "--child-exit", "_exit"],
+    ] {
+        let w = World::new();
+        let (_, parent, _) = train_with_fork(&w, "1", child);
+        assert_only_the_parents_trace(&w, &format!("running parent, child {child:?}"), parent);
+        assert_eq!(w.log_text(), "", "running parent, child {child:?}");
+    }
+}
+
+/// A child forked from a dormant parent (a launcher, a pool created before CUDA) never starts
+/// profiling at a step; only initialising CUDA itself does, and then it writes its own trace.
+#[test]
+fn a_child_of_a_dormant_parent_profiles_only_if_it_initialises_cuda() {
+    for child in [&[][..], &["--child-exit", "_exit"]] {
+        let w = World::new();
+        let (_, parent, _) = train_with_fork(&w, "start", child);
+        assert_only_the_parents_trace(&w, &format!("dormant parent, child {child:?}"), parent);
+        assert_eq!(w.log_text(), "", "dormant parent, child {child:?}");
+    }
     let w = World::new();
-    let (out, _, code) = train(&w, 4, &["--fork-at", "1"], &[("KINETRACE_WHOLE_RUN", "1")]);
-    assert_eq!(code, Some(0));
-    assert!(out.contains("fake_train: child done\n"), "{out}");
-    assert!(out.contains("fake_train: child status 0\n"), "{out}");
-    let t = only_trace(&w);
+    let (_, parent, child) = train_with_fork(&w, "start", &["--child-cuda"]);
+    let traces = w.traces();
+    assert_eq!(traces.len(), 2, "{traces:?}; log:\n{}", w.log_text());
+    let mut by_pid: Vec<(u32, Trace)> = traces
+        .iter()
+        .map(|p| (trace_pid(p), Trace::load(p)))
+        .collect();
+    by_pid.sort_by_key(|(pid, _)| *pid != child);
+    let (pid, t) = &by_pid[0];
+    assert_eq!(*pid, child);
+    assert_eq!(t.kernels(), 6, "the child's own kernels");
+    assert!(t.kernel_steps().is_empty(), "none of the parent's kernels");
+    let (pid, t) = &by_pid[1];
+    assert_eq!(*pid, parent);
     assert_eq!(t.kernel_steps(), vec![0, 1, 2, 3]);
-    // The parent's steps only: the child's three step calls are not in it.
-    assert!(t.steps().iter().all(|s| *s <= 4), "{:?}", t.steps());
+    assert_eq!(t.kernels(), 8);
     assert!(w.leftovers().is_empty(), "{:?}", w.leftovers());
 }
 
@@ -245,34 +344,42 @@ fn a_multi_process_launcher_profiles_the_selected_ranks() {
     assert_eq!(ranks, vec![0, 2]);
 }
 
-fn start_job(
+fn start_job(w: &World, steps: u64, sleep_ms: u64, env: &[(&str, &str)]) -> (Job, u32) {
+    start_job_with(w, steps, sleep_ms, &[], env)
+}
+
+/// Starts the stand-in job (`--cuda`) and waits (with a deadline) until it is running.
+fn start_job_with(
     w: &World,
     steps: u64,
     sleep_ms: u64,
+    extra: &[&str],
     env: &[(&str, &str)],
-) -> (std::process::Child, u32) {
-    let ready = w.tmp.path().join("ready");
+) -> (Job, u32) {
+    let ready = w
+        .tmp
+        .path()
+        .join(format!("ready-{}", READY.fetch_add(1, Ordering::Relaxed)));
     let steps = steps.to_string();
     let sleep = sleep_ms.to_string();
-    let mut c = w.preloaded(
-        fake_train(),
-        &[
-            &steps,
-            "--cuda",
-            "--sleep-ms",
-            &sleep,
-            "--ready-file",
-            ready.to_str().unwrap(),
-        ],
-    );
+    let mut args = vec![
+        steps.as_str(),
+        "--cuda",
+        "--sleep-ms",
+        &sleep,
+        "--ready-file",
+        ready.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let mut c = w.preloaded(&w.train, &args);
     c.envs(env.iter().copied());
-    c.stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let child = c.spawn().unwrap();
-    let pid: u32 = wait_for_file(&ready).trim().parse().unwrap();
-    assert_eq!(pid, child.id());
-    (child, pid)
+    let mut job = Job::spawn(c).show(&w.log);
+    let pid: u32 = job.wait_for_file(&ready).trim().parse().unwrap();
+    assert_eq!(pid, job.id());
+    (job, pid)
 }
+
+static READY: AtomicUsize = AtomicUsize::new(0);
 
 fn socket_of(w: &World, pid: u32) -> std::path::PathBuf {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -350,7 +457,7 @@ fn a_trigger_mid_run_records_exactly_the_requested_steps() {
     let status = control::send(&sock, &Request::Status, Duration::from_secs(5)).unwrap();
     assert_eq!(status[0].verb, "status");
     assert_eq!(status[0].get("traces"), Some("2"));
-    let out = child.wait_with_output().unwrap();
+    let out = child.wait();
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(text(&out.stdout), "fake_train: done 40 steps\n");
     assert_eq!(text(&out.stderr), "");
@@ -396,7 +503,20 @@ fn triggers_that_must_be_refused_are_refused_with_a_reason() {
     assert_eq!(r[0].verb, "refused");
     assert!(r[0].get("reason").unwrap().starts_with("busy"), "{r:?}");
     assert!(!Path::new("/etc/kinetrace").exists());
-    let out = child.wait_with_output().unwrap();
+    // A refused request creates nothing, not even its output directory.
+    let r = control::send(
+        &sock,
+        &capture(CaptureLength::Steps(1), Some("refused/deeper")),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    assert_eq!(r[0].verb, "refused", "{r:?}");
+    assert!(
+        !w.out.join("refused").exists(),
+        "a refused request created {}",
+        w.out.join("refused").display()
+    );
+    let out = child.wait();
     assert_eq!(out.status.code(), Some(0));
 }
 
@@ -412,7 +532,7 @@ fn sigusr2_captures_only_when_enabled() {
     std::thread::sleep(Duration::from_millis(150));
     // SAFETY: (test) signalling our own child.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGUSR2) }, 0);
-    let out = child.wait_with_output().unwrap();
+    let out = child.wait();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let t = only_trace(&w);
     assert_eq!(t.steps().len(), 2);
@@ -429,7 +549,7 @@ fn sigusr2_captures_only_when_enabled() {
     let (child, pid) = start_job(&w, 200, 20, &[]);
     // SAFETY: (test) signalling our own child.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGUSR2) }, 0);
-    let out = child.wait_with_output().unwrap();
+    let out = child.wait();
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(out.status.signal(), Some(libc::SIGUSR2));
     assert!(w.traces().is_empty());
@@ -567,23 +687,27 @@ fn a_cupti_takeover_makes_kinetrace_step_aside_and_keeps_its_trace_whole() {
 }
 
 /// Root only: a job belonging to another user refuses root's trigger (peer-credential check), and
-/// another user cannot even reach a root job's socket (0700 directory).
+/// another user cannot even reach a root job's socket (0700 directory). What the other user runs is
+/// copied where it can reach it (see [`World::for_another_user`]).
 #[test]
 fn triggers_from_another_user_are_refused() {
     if facade::control::effective_uid() != Some(0) {
-        // Not root: the other user cannot be impersonated; the 0700/peer checks are covered by
-        // facade::control's unit tests and this test runs in CI as root.
+        // The other user cannot be impersonated; the 0700/peer checks are also covered by
+        // facade::control's unit tests. CI runs as root, so there this is a failure.
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but not root: the two-user scenario cannot run"
+        );
         eprintln!("not root: skipping the two-user scenario");
         return;
     }
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
     const NOBODY: u32 = 65534;
-    let w = World::new();
-    std::fs::set_permissions(w.tmp.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let w = World::for_another_user();
     let ready = w.tmp.path().join("ready");
     let mut c = w.preloaded(
-        fake_train(),
+        &w.train,
         &[
             "60",
             "--cuda",
@@ -594,10 +718,8 @@ fn triggers_from_another_user_are_refused() {
         ],
     );
     c.uid(NOBODY).gid(NOBODY).current_dir(w.tmp.path());
-    c.stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let child = c.spawn().unwrap();
-    let pid: u32 = wait_for_file(&ready).trim().parse().unwrap();
+    let mut child = Job::spawn(c).show(&w.log);
+    let pid: u32 = child.wait_for_file(&ready).trim().parse().unwrap();
     let sock = socket_of(&w, pid);
     let r = control::send(
         &sock,
@@ -611,12 +733,12 @@ fn triggers_from_another_user_are_refused() {
         reason.contains("user 0 may not control this process") && reason.contains("65534"),
         "{reason}"
     );
-    let out = child.wait_with_output().unwrap();
+    let out = child.wait();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(w.traces().is_empty());
 
     // The other way round: nobody cannot reach a root job's socket at all.
-    let w2 = World::new();
+    let w2 = World::for_another_user();
     std::fs::set_permissions(w2.tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let (child, pid) = start_job(&w2, 40, 20, &[]);
     let sock = socket_of(&w2, pid);
@@ -624,19 +746,21 @@ fn triggers_from_another_user_are_refused() {
         "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ntry:\n    s.connect({:?})\nexcept PermissionError as e:\n    print('refused', e.errno); sys.exit(0)\nprint('connected'); sys.exit(1)",
         sock.to_str().unwrap()
     );
-    let o = std::process::Command::new("python3")
+    let mut probe_cmd = std::process::Command::new("python3");
+    probe_cmd
         .args(["-c", &probe])
         .uid(NOBODY)
         .gid(NOBODY)
-        .output()
-        .unwrap();
+        .current_dir(w2.tmp.path())
+        .stdin(std::process::Stdio::null());
+    let o = run(probe_cmd);
     assert_eq!(text(&o.stdout), "refused 13\n", "{}", text(&o.stderr));
-    let out = child.wait_with_output().unwrap();
+    let out = child.wait();
     assert_eq!(out.status.code(), Some(0));
 }
 
-/// A capture too big to save in time: exit gives up after the budget, leaves no trace file, and the
-/// job still exits normally.
+/// A capture too big to save in time: exit gives up after the budget, removes the unfinished files
+/// (spool and temporary trace), and the job still exits normally.
 #[test]
 fn exit_gives_up_after_two_seconds_without_leaving_a_trace() {
     let w = World::new();
@@ -644,23 +768,20 @@ fn exit_gives_up_after_two_seconds_without_leaving_a_trace() {
     // Saving is made slower than the budget through the test hook, whatever this machine's speed.
     c.env("KINETRACE_WHOLE_RUN", "1")
         .env("KINETRACE_GZIP", "1")
-        .env("_KINETRACE_TEST_EXIT_DELAY_MS", "10000");
-    c.stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = c.spawn().unwrap();
-    let mut out = child.stdout.take().unwrap();
-    let mut line = String::new();
-    use std::io::BufRead;
-    std::io::BufReader::new(&mut out)
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line, "fake_train: done 50 steps\n");
+        .env("_KINETRACE_TEST_EXIT_DELAY_MS", "30000");
+    let mut child = Job::spawn(c).show(&w.log);
+    child.wait_until("the job's last line", |j| {
+        j.stdout_so_far() == "fake_train: done 50 steps\n"
+    });
     let job_done = Instant::now();
-    let status = child.wait().unwrap();
+    let out = child.wait();
     let exit_took = job_done.elapsed();
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stderr), "");
+    // Not a speed check: the save was held back for 30 s, so an exit well before that means the
+    // budget cut it short.
     assert!(
-        exit_took < Duration::from_millis(3500),
+        exit_took < Duration::from_secs(20),
         "exit took {exit_took:?}"
     );
     let log = w.log_text();
@@ -669,17 +790,20 @@ fn exit_gives_up_after_two_seconds_without_leaving_a_trace() {
         "{log}"
     );
     assert!(w.traces().is_empty(), "{:?}", w.traces());
+    assert!(
+        w.leftovers().is_empty(),
+        "unfinished files left at exit: {:?}\nlog:\n{log}",
+        w.leftovers()
+    );
 }
 
 #[test]
 fn a_log_fifo_nobody_reads_never_blocks_the_job() {
     let w = World::new();
     let fifo = w.tmp.path().join("fifo");
-    assert!(std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
+    let mut mkfifo = std::process::Command::new("mkfifo");
+    mkfifo.arg(&fifo);
+    assert!(run(mkfifo).status.success());
     let mut c = w.preloaded(fake_train(), &["3", "--cuda"]);
     c.env("KINETRACE_LOG", &fifo)
         .env("KINETRACE_ITERATIONS", "0");
@@ -692,4 +816,293 @@ fn a_log_fifo_nobody_reads_never_blocks_the_job() {
         err.contains("KINETRACE_ITERATIONS: `0` is 0") && err.contains("cannot write"),
         "{err}"
     );
+}
+
+/// How the job's stderr is broken.
+#[derive(Clone, Copy, Debug)]
+enum BrokenStderr {
+    /// `2>/dev/full`: every write fails with ENOSPC.
+    Full,
+    /// A pipe whose reader has gone: every write fails with EPIPE and raises SIGPIPE, which kills a
+    /// job that (as C programs do) leaves SIGPIPE at its default.
+    ClosedPipe,
+}
+
+/// The stand-in job reporting steps without CUDA (so the shim logs a line to stderr as profiling
+/// starts), with its stderr broken before that line.
+fn train_with_broken_stderr(broken: BrokenStderr, env: (&str, &str)) -> (World, Output) {
+    let w = World::new();
+    let go = w.tmp.path().join("go");
+    let mut c = w.preloaded(
+        fake_train(),
+        &[
+            "20",
+            "--default-sigpipe",
+            "--wait-file",
+            go.to_str().unwrap(),
+        ],
+    );
+    c.env_remove("KINETRACE_LOG").env(env.0, env.1);
+    c.stdout(std::process::Stdio::piped());
+    let job = match broken {
+        BrokenStderr::Full => {
+            c.stderr(
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open("/dev/full")
+                    .unwrap(),
+            );
+            Job::spawn_as_is(c)
+        }
+        BrokenStderr::ClosedPipe => {
+            c.stderr(std::process::Stdio::piped());
+            Job::spawn_closing_stderr(c)
+        }
+    };
+    // The job reports its first step only now, after its stderr is broken.
+    std::fs::write(&go, "").unwrap();
+    let out = job.wait();
+    (w, out)
+}
+
+#[test]
+fn a_broken_stderr_changes_nothing_for_the_job_or_the_trace() {
+    for broken in [BrokenStderr::Full, BrokenStderr::ClosedPipe] {
+        for (key, value, steps) in [
+            ("KINETRACE_WHOLE_RUN", "1", None),
+            ("KINETRACE_ITERATIONS", "3", Some(vec![0, 1, 2])),
+        ] {
+            let what = format!("{broken:?}, {key}={value}");
+            let (w, out) = train_with_broken_stderr(broken, (key, value));
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(
+                (out.status.code(), out.status.signal()),
+                (Some(0), None),
+                "{what}: the job's exit changed"
+            );
+            assert_eq!(text(&out.stdout), "fake_train: done 20 steps\n", "{what}");
+            let traces = w.traces();
+            assert_eq!(traces.len(), 1, "{what}: {traces:?}");
+            if let Some(steps) = steps {
+                assert_eq!(Trace::load(&traces[0]).steps(), steps, "{what}");
+            }
+            assert!(w.leftovers().is_empty(), "{what}: {:?}", w.leftovers());
+        }
+    }
+}
+
+/// A panic inside kinetrace (forced through a test hook) prints nothing on the job's stderr: one
+/// line goes to the kinetrace log. In start-up it turns profiling off for good (not a new session at
+/// every step); at a step, profiling continues.
+#[test]
+fn a_panic_inside_kinetrace_stays_off_the_jobs_stderr() {
+    let w = World::new();
+    let mut c = w.preloaded(fake_train(), &["20"]);
+    c.env("KINETRACE_WHOLE_RUN", "1")
+        .env("_KINETRACE_TEST_PANIC", "start");
+    let (out, err, code) = outcome(c);
+    assert_eq!(
+        (out.as_str(), err.as_str(), code),
+        ("fake_train: done 20 steps\n", "", Some(0))
+    );
+    let log = w.log_text();
+    assert_eq!(log.lines().count(), 1, "{log}");
+    assert!(
+        log.contains("internal error: test hook: _KINETRACE_TEST_PANIC=start at src/inject.rs:")
+            && log.contains("profiling stops in this process"),
+        "{log}"
+    );
+    // The session being started when the panic struck was dropped, which saved what it had (no
+    // step had reached it); no session was started again at the 20 steps that followed.
+    let traces = w.traces();
+    assert_eq!(traces.len(), 1, "{traces:?}");
+    assert_eq!(Trace::load(&traces[0]).steps(), Vec::<u64>::new());
+    assert!(w.leftovers().is_empty(), "{:?}", w.leftovers());
+    assert_eq!(control::list_sockets(&w.ctl), vec![]);
+
+    let w = World::new();
+    let (out, err, code) = train(
+        &w,
+        6,
+        &[],
+        &[
+            ("KINETRACE_ITERATIONS", "3"),
+            ("_KINETRACE_TEST_PANIC", "step"),
+        ],
+    );
+    assert_eq!(
+        (out.as_str(), err.as_str(), code),
+        ("fake_train: done 6 steps\n", "", Some(0))
+    );
+    let log = w.log_text();
+    assert_eq!(log.lines().count(), 1, "{log}");
+    assert!(
+        log.contains("internal error: test hook: _KINETRACE_TEST_PANIC=step at src/inject.rs:")
+            && log.contains("profiling continues"),
+        "{log}"
+    );
+    let t = only_trace(&w);
+    assert_eq!(t.steps(), vec![0, 1, 2]);
+    assert_eq!(t.kernel_steps(), vec![0, 1, 2]);
+}
+
+/// The leftovers of a process killed mid-capture (spool, temporary trace, control socket) are
+/// removed by the next kinetrace process of the same user; a live process's files are left alone.
+#[test]
+fn leftovers_of_a_killed_process_are_removed_by_the_next_one() {
+    let w = World::new();
+    let whole = [("KINETRACE_WHOLE_RUN", "1")];
+    // Files of a process carry its worker name, `{host}_{pid}`.
+    let owned_by = |pid: u32| {
+        let tag = format!("_{pid}.");
+        move |p: &PathBuf| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().contains(&tag))
+        }
+    };
+    // Each process cleans up on a helper thread as it starts profiling and says what it removed;
+    // waiting for that line is how the test knows a process's cleanup is over.
+    let removed_by = |pid: u32, n: usize| format!("kinetrace[{pid}]: removed {n} file(s)");
+    // A: recording the whole run, to be killed.
+    let (mut a, a_pid) = start_job(&w, 100_000, 20, &whole);
+    a.wait_until("A's spool and socket", |_| {
+        w.leftovers().iter().any(owned_by(a_pid)) && socket_of_exists(&w, a_pid)
+    });
+    // Unfinished files end with `@{host}@{pid namespace}@{pid}.tmp`: a spool of a process that is
+    // already gone (one we ran and reaped), for B to remove.
+    let spool = w.leftovers().into_iter().find(owned_by(a_pid)).unwrap();
+    let spool_name = spool.file_name().unwrap().to_string_lossy().into_owned();
+    let here = spool_name
+        .split_once('@')
+        .and_then(|(_, o)| o.rsplit_once('@'))
+        .map_or("", |(h, _)| h)
+        .to_string();
+    let dead = {
+        let mut c = std::process::Command::new("true");
+        c.stdin(std::process::Stdio::null());
+        let job = Job::spawn(c);
+        let pid = job.id();
+        // Waited for and reaped: its pid names no process now.
+        assert!(job.wait().status.success());
+        pid
+    };
+    let decoy = w
+        .out
+        .join(format!(".decoy_{dead}.0.events@{here}@{dead}.tmp"));
+    std::fs::write(&decoy, "").unwrap();
+    // B: starts while A lives: removes the decoy only, and stays alive recording.
+    let b_go = w.tmp.path().join("b-go");
+    let (mut b, b_pid) = start_job_with(&w, 3, 0, &["--wait-file", b_go.to_str().unwrap()], &whole);
+    b.wait_until("B's cleanup", |_| {
+        w.log_text().contains(&removed_by(b_pid, 1))
+    });
+    assert!(!decoy.exists());
+    assert!(
+        w.leftovers().iter().any(owned_by(a_pid)) && socket_of_exists(&w, a_pid),
+        "a live process's files must stay: {:?}",
+        w.leftovers()
+    );
+    // A dies; a temporary trace it was writing into an on-demand directory is left too.
+    // SAFETY: (test) killing our own child.
+    assert_eq!(unsafe { libc::kill(a_pid as i32, libc::SIGKILL) }, 0);
+    let out = a.wait();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL));
+    std::fs::create_dir_all(w.out.join("ondemand")).unwrap();
+    let tmp_trace = w
+        .out
+        .join("ondemand")
+        .join(format!(".x_{a_pid}.1.pt.trace.json@{here}@{a_pid}.tmp"));
+    std::fs::write(&tmp_trace, "{").unwrap();
+    // C: the next process; removes A's three files and leaves B's.
+    let c_go = w.tmp.path().join("c-go");
+    let (mut c, c_pid) = start_job_with(&w, 3, 0, &["--wait-file", c_go.to_str().unwrap()], &whole);
+    c.wait_until("C's cleanup", |_| {
+        w.log_text().contains(&removed_by(c_pid, 3))
+    });
+    assert!(
+        !w.leftovers().iter().any(owned_by(a_pid)),
+        "{:?}",
+        w.leftovers()
+    );
+    assert!(!socket_of_exists(&w, a_pid));
+    assert!(!tmp_trace.exists());
+    assert!(
+        w.leftovers().iter().any(owned_by(b_pid)) && socket_of_exists(&w, b_pid),
+        "B's files must stay: {:?}",
+        w.leftovers()
+    );
+    std::fs::write(&c_go, "").unwrap();
+    assert_eq!(c.wait().status.code(), Some(0));
+    std::fs::write(&b_go, "").unwrap();
+    assert_eq!(b.wait().status.code(), Some(0));
+    let mut pids: Vec<u32> = w.traces().iter().map(|p| trace_pid(p)).collect();
+    pids.sort();
+    let mut want = vec![b_pid, c_pid];
+    want.sort();
+    assert_eq!(pids, want);
+    assert!(w.leftovers().is_empty(), "{:?}", w.leftovers());
+    assert_eq!(control::list_sockets(&w.ctl), vec![]);
+}
+
+/// The session's default log (used when nobody chose one) writes to stderr without panicking when
+/// stderr is broken. Runs itself again in a child whose stderr is `/dev/full`, with output capture
+/// off so the line really reaches the broken descriptor.
+#[test]
+fn the_session_default_log_survives_a_broken_stderr() {
+    const CHILD: &str = "_KINETRACE_TEST_SESSION_LOG_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        struct Failing;
+        impl kinetrace_core::ActivitySource for Failing {
+            fn name(&self) -> &str {
+                "failing"
+            }
+            fn enable(
+                &mut self,
+                _: kinetrace_core::ActivitySet,
+            ) -> Result<(), kinetrace_core::SourceError> {
+                Err(kinetrace_core::SourceError {
+                    source: "failing".into(),
+                    message: "cannot enable".into(),
+                })
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let session = kinetrace_core::Session::start(
+            kinetrace_core::session::SessionConfig::default(),
+            vec![Box::new(Failing)],
+            Box::new(kinetrace_export::TraceDir::new(dir.path())),
+            None,
+        )
+        .unwrap();
+        session.step();
+        drop(session);
+        println!("session log child: survived");
+        return;
+    }
+    let mut c = std::process::Command::new(std::env::current_exe().unwrap());
+    c.args([
+        "--exact",
+        "the_session_default_log_survives_a_broken_stderr",
+        "--nocapture",
+        "--test-threads",
+        "1",
+    ])
+    .env(CHILD, "1")
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::piped())
+    .stderr(
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap(),
+    );
+    let o = Job::spawn_as_is(c).wait();
+    assert!(
+        text(&o.stdout).contains("session log child: survived"),
+        "the child failed ({}): {}",
+        o.status,
+        text(&o.stdout)
+    );
+    assert_eq!(o.status.code(), Some(0));
 }

@@ -86,7 +86,12 @@ impl Default for SessionConfig {
             rank: None,
             world_size: None,
             metadata: Vec::new(),
-            log: Arc::new(|m| eprintln!("kinetrace: {m}")),
+            // Not `eprintln!`: it panics when stderr is a full disk or a closed pipe, and a log
+            // line must never take the program down.
+            log: Arc::new(|m| {
+                use std::io::Write;
+                let _ = std::io::stderr().write_all(format!("kinetrace: {m}\n").as_bytes());
+            }),
             first_step: 0,
         }
     }
