@@ -1,39 +1,143 @@
 //! Shared helpers: child-process isolation, the fake library, trace loading.
 #![allow(dead_code)]
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+/// How long a child test process may run before it is killed and the test fails with its output.
+/// Generous: CI runs on a loaded 2-core machine.
+pub const CHILD_DEADLINE: Duration = Duration::from_secs(120);
 
 /// Runs `body` in a fresh child process (CUPTI state, the fake's configuration and kinetrace's
 /// session are process-wide). `name` must be the test's own name.
 pub fn in_child(name: &str, env: &[(&str, &str)], body: impl FnOnce()) {
-    if std::env::var("KINETRACE_CUPTI_TEST_CHILD").as_deref() == Ok(name) {
+    if is_child(name) {
         body();
         return;
     }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env("KINETRACE_CUPTI_TEST_CHILD", name)
-        .envs(env.iter().copied())
-        .output()
-        .expect("spawn the test binary");
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "child {name} failed ({}):\n{text}",
-        out.status
-    );
+    let (status, text) = run_child(name, env, ChildStderr::Captured);
+    assert!(status.success(), "child {name} failed ({status}):\n{text}");
     assert!(
         text.contains("1 passed"),
         "child {name} ran no test:\n{text}"
     );
+}
+
+/// Like [`in_child`], but the child's standard error is a pipe whose reading end is closed at once,
+/// so every write to it fails (a full disk or a closed pipe, as a job's stderr can be).
+pub fn in_child_with_broken_stderr(name: &str, env: &[(&str, &str)], body: impl FnOnce()) {
+    if is_child(name) {
+        body();
+        return;
+    }
+    let (status, text) = run_child(name, env, ChildStderr::Broken);
+    assert!(status.success(), "child {name} failed ({status}):\n{text}");
+    assert!(
+        text.contains("1 passed"),
+        "child {name} ran no test:\n{text}"
+    );
+}
+
+fn is_child(name: &str) -> bool {
+    std::env::var("KINETRACE_CUPTI_TEST_CHILD").as_deref() == Ok(name)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ChildStderr {
+    Captured,
+    Broken,
+}
+
+/// Re-runs this test binary for test `name` only, and returns its status and output (stdout, then
+/// stderr). Fails the test with the output seen so far if the child outlives [`CHILD_DEADLINE`].
+fn run_child(name: &str, env: &[(&str, &str)], stderr: ChildStderr) -> (ExitStatus, String) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env("KINETRACE_CUPTI_TEST_CHILD", name)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the test binary");
+    let out = collect(child.stdout.take());
+    let err = match stderr {
+        ChildStderr::Captured => collect(child.stderr.take()),
+        ChildStderr::Broken => {
+            // Closing our end makes every write the child makes to stderr fail (EPIPE; Rust
+            // programs ignore SIGPIPE).
+            drop(child.stderr.take());
+            Arc::new(Mutex::new(Vec::new()))
+        }
+    };
+    let text = |out: &Arc<Mutex<Vec<u8>>>, err: &Arc<Mutex<Vec<u8>>>| {
+        format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.lock().unwrap()),
+            String::from_utf8_lossy(&err.lock().unwrap())
+        )
+    };
+    let deadline = Instant::now() + CHILD_DEADLINE;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "child {name} still running after {:?}; killed. Output so far:\n{}",
+                    CHILD_DEADLINE,
+                    text(&out, &err)
+                );
+            }
+            Err(e) => panic!("waiting for child {name}: {e}"),
+        }
+    };
+    // The child has exited; its pipes reach end of file unless it left a process behind holding
+    // them, so give the readers a bounded moment to finish.
+    let settle = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < settle && (Arc::strong_count(&out) > 1 || Arc::strong_count(&err) > 1) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    (status, text(&out, &err))
+}
+
+/// Reads `pipe` to its end on a thread, into a buffer the caller can look at any time.
+fn collect(pipe: Option<impl Read + Send + 'static>) -> Arc<Mutex<Vec<u8>>> {
+    let buf = Arc::new(Mutex::new(Vec::new()));
+    if let Some(mut pipe) = pipe {
+        let b = buf.clone();
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 8192];
+            loop {
+                match pipe.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => b.lock().unwrap().extend_from_slice(&chunk[..n]),
+                }
+            }
+            drop(b);
+        });
+    }
+    buf
+}
+
+/// Waits until `done()` holds, failing with `what()` after `deadline`.
+pub fn wait_until(deadline: Duration, mut done: impl FnMut() -> bool, what: impl Fn() -> String) {
+    let end = Instant::now() + deadline;
+    while !done() {
+        assert!(
+            Instant::now() < end,
+            "gave up after {deadline:?} waiting: {}",
+            what()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 /// The fake libcupti built as a dev-dependency.
