@@ -180,6 +180,9 @@ pub struct FakeStats {
     pub enabled_kinds: u32,
     pub subscribed: u32,
     pub null_buffers_before_v27: u64,
+    pub subscribes: u64,
+    pub unsubscribes: u64,
+    pub foreign_subscribed: u32,
 }
 
 macro_rules! sym {
@@ -305,6 +308,70 @@ impl Fake {
         // SAFETY: the fake's entry point, called with plain values / valid pointers.
         unsafe { f(cbid) }
     }
+    /// Another CUPTI client (PyTorch's Kineto) subscribes; returns the CUPTI code.
+    pub fn foreign_subscribe(&self) -> u32 {
+        let f = sym!(
+            self,
+            b"fake_cupti_foreign_subscribe\0",
+            unsafe extern "C" fn() -> u32
+        );
+        // SAFETY: the fake's entry point, no arguments.
+        unsafe { f() }
+    }
+    /// The other client unsubscribes; returns the CUPTI code.
+    pub fn foreign_unsubscribe(&self) -> u32 {
+        let f = sym!(
+            self,
+            b"fake_cupti_foreign_unsubscribe\0",
+            unsafe extern "C" fn() -> u32
+        );
+        // SAFETY: the fake's entry point, no arguments.
+        unsafe { f() }
+    }
+    /// A runtime call that runs `during` between its enter callback and its records.
+    pub fn call_around(&self, during: &mut dyn FnMut()) -> u32 {
+        extern "C" fn trampoline(arg: *mut std::ffi::c_void) {
+            // SAFETY: `arg` is the `&mut &mut dyn FnMut()` passed below, alive for the call.
+            let f = unsafe { &mut *(arg as *mut &mut dyn FnMut()) };
+            f();
+        }
+        let f = sym!(
+            self,
+            b"fake_cupti_call_around\0",
+            unsafe extern "C" fn(
+                extern "C" fn(*mut std::ffi::c_void),
+                *mut std::ffi::c_void,
+            ) -> u32
+        );
+        let mut during = during;
+        // SAFETY: the fake calls `trampoline` once, synchronously, with this pointer.
+        unsafe {
+            f(
+                trampoline,
+                &mut during as *mut &mut dyn FnMut() as *mut std::ffi::c_void,
+            )
+        }
+    }
+    /// Hands back the buffers held under `FAKE_CUPTI_HOLD=1`; returns how many.
+    pub fn release_held(&self) -> u64 {
+        let f = sym!(
+            self,
+            b"fake_cupti_release_held\0",
+            unsafe extern "C" fn() -> u64
+        );
+        // SAFETY: the fake's entry point, no arguments.
+        unsafe { f() }
+    }
+    /// Records of `kind` written into client buffers so far.
+    pub fn written_of_kind(&self, kind: u32) -> u64 {
+        let f = sym!(
+            self,
+            b"fake_cupti_written_of_kind\0",
+            unsafe extern "C" fn(u32) -> u64
+        );
+        // SAFETY: the fake's entry point, a plain value.
+        unsafe { f(kind) }
+    }
     pub fn stats(&self) -> FakeStats {
         let f = sym!(
             self,
@@ -371,4 +438,126 @@ pub fn x<'a>(trace: &'a Value, cat: &'a str) -> Vec<&'a Value> {
         .iter()
         .filter(|e| e["ph"] == "X" && e["cat"] == cat)
         .collect()
+}
+
+/// What one window's sink received.
+#[derive(Clone, Debug, Default)]
+pub struct WindowSeen {
+    /// Records by type.
+    pub by_type: std::collections::HashMap<kinetrace::ActivityType, u64>,
+    /// Records from the GPU source (everything but CPU spans and annotations).
+    pub gpu: u64,
+    /// Runtime API records: (correlation, External id).
+    pub runtime: Vec<(Option<u64>, Option<u64>)>,
+    /// `dropped_events.cupti` for the window.
+    pub dropped_cupti: u64,
+    /// The trace metadata.
+    pub metadata: Vec<(String, String)>,
+    /// Whether the window was finished (its trace written).
+    pub finished: bool,
+}
+
+impl WindowSeen {
+    pub fn of(&self, t: kinetrace::ActivityType) -> u64 {
+        self.by_type.get(&t).copied().unwrap_or(0)
+    }
+    pub fn meta(&self, key: &str) -> Option<&str> {
+        self.metadata
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Every window a [`recording_sinks`] factory opened, in order.
+#[derive(Clone, Default)]
+pub struct Windows(pub Arc<Mutex<Vec<WindowSeen>>>);
+
+impl Windows {
+    pub fn get(&self) -> Vec<WindowSeen> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+struct RecordingSink {
+    all: Windows,
+    index: usize,
+}
+
+impl kinetrace_core::Sink for RecordingSink {
+    fn record(&mut self, a: &kinetrace_core::Activity) -> std::io::Result<()> {
+        use kinetrace::ActivityType as T;
+        let mut all = self.all.0.lock().unwrap();
+        let w = &mut all[self.index];
+        let t = a.activity_type();
+        *w.by_type.entry(t).or_default() += 1;
+        if !matches!(t, T::CpuOp | T::UserAnnotation) {
+            w.gpu += 1;
+        }
+        if t == T::Runtime {
+            w.runtime.push((a.correlation, a.external_id));
+        }
+        Ok(())
+    }
+
+    fn finish(
+        self: Box<Self>,
+        meta: &kinetrace_core::TraceMeta,
+    ) -> std::io::Result<kinetrace_core::TraceOutput> {
+        let mut all = self.all.0.lock().unwrap();
+        let w = &mut all[self.index];
+        w.dropped_cupti = meta
+            .dropped
+            .iter()
+            .find(|(k, _)| k == "cupti")
+            .map_or(0, |(_, n)| *n);
+        w.metadata = meta.metadata.clone();
+        w.finished = true;
+        Ok(kinetrace_core::TraceOutput {
+            path: None,
+            events: w.gpu,
+            cycle: meta.cycle,
+        })
+    }
+}
+
+/// A sink factory that records what each window received, in memory.
+pub fn recording_sinks() -> (Box<dyn kinetrace_core::SinkFactory>, Windows) {
+    let windows = Windows::default();
+    let w = windows.clone();
+    let factory = move |_cycle: u32| -> std::io::Result<Box<dyn kinetrace_core::Sink>> {
+        let mut all = w.0.lock().unwrap();
+        all.push(WindowSeen::default());
+        Ok(Box::new(RecordingSink {
+            all: w.clone(),
+            index: all.len() - 1,
+        }))
+    };
+    (Box::new(factory), windows)
+}
+
+/// Starts a session on `source` recording into memory, with the schedule `schedule` (None: one
+/// window from start to stop) and the collector polling every `collect_interval`.
+pub fn session(
+    source: kinetrace_cupti::CuptiSource,
+    activities: kinetrace::ActivitySet,
+    schedule: Option<kinetrace::Schedule>,
+    collect_interval: Duration,
+    log: &Log,
+) -> (kinetrace_core::Session, Windows) {
+    let (sinks, windows) = recording_sinks();
+    let log_fn = log.sink();
+    let config = kinetrace_core::SessionConfig {
+        activities,
+        trigger: match schedule {
+            Some(s) => kinetrace_core::Trigger::Schedule(s),
+            None => kinetrace_core::Trigger::Always,
+        },
+        collect_interval,
+        log: Arc::new(log_fn),
+        ..kinetrace_core::SessionConfig::default()
+    };
+    let session = kinetrace_core::Session::start(config, vec![Box::new(source)], sinks, None)
+        .expect("no other session in this process");
+    (session, windows)
 }
