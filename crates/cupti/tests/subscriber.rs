@@ -267,7 +267,7 @@ fn markers_without_nvtx_injection_are_explained_once() {
         || {
             assert!(
                 std::env::var_os("NVTX_INJECTION64_PATH").is_none(),
-                "this test needs NVTX_INJECTION64_PATH unset"
+                "in_child starts the test without NVTX_INJECTION64_PATH"
             );
             let dir = tempfile::tempdir().unwrap();
             let lib = fake_as(dir.path(), "libcupti.so.12");

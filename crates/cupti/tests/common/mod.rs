@@ -59,6 +59,8 @@ fn run_child(name: &str, env: &[(&str, &str)], stderr: ChildStderr) -> (ExitStat
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([name, "--exact", "--nocapture", "--test-threads=1"])
         .env("KINETRACE_CUPTI_TEST_CHILD", name)
+        // Whether markers can be recorded is each test's own choice, not the environment's.
+        .env_remove("NVTX_INJECTION64_PATH")
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
