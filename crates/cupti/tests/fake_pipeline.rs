@@ -858,3 +858,28 @@ fn devices_known_when_cuda_was_initialised_before_profiling() {
         },
     );
 }
+
+/// The harness itself: a child that hangs is killed at its deadline, and the test fails with what
+/// the child printed (instead of waiting forever).
+#[test]
+fn a_hung_child_is_killed_at_its_deadline() {
+    let name = "a_hung_child_is_killed_at_its_deadline";
+    let run = || {
+        in_child_within(name, &[], Duration::from_secs(3), || {
+            println!("child started, now hanging");
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        })
+    };
+    let failure = std::panic::catch_unwind(run).expect_err("the hung child must fail the test");
+    let message = failure
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        message.contains("still running after 3s; killed")
+            && message.contains("child started, now hanging"),
+        "{message}"
+    );
+}

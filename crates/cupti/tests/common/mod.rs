@@ -16,11 +16,16 @@ pub const CHILD_DEADLINE: Duration = Duration::from_secs(120);
 /// Runs `body` in a fresh child process (CUPTI state, the fake's configuration and kinetrace's
 /// session are process-wide). `name` must be the test's own name.
 pub fn in_child(name: &str, env: &[(&str, &str)], body: impl FnOnce()) {
+    in_child_within(name, env, CHILD_DEADLINE, body)
+}
+
+/// [`in_child`] with another deadline.
+pub fn in_child_within(name: &str, env: &[(&str, &str)], deadline: Duration, body: impl FnOnce()) {
     if is_child(name) {
         body();
         return;
     }
-    let (status, text) = run_child(name, env, ChildStderr::Captured);
+    let (status, text) = run_child(name, env, ChildStderr::Captured, deadline);
     assert!(status.success(), "child {name} failed ({status}):\n{text}");
     assert!(
         text.contains("1 passed"),
@@ -35,7 +40,7 @@ pub fn in_child_with_broken_stderr(name: &str, env: &[(&str, &str)], body: impl 
         body();
         return;
     }
-    let (status, text) = run_child(name, env, ChildStderr::Broken);
+    let (status, text) = run_child(name, env, ChildStderr::Broken, CHILD_DEADLINE);
     assert!(status.success(), "child {name} failed ({status}):\n{text}");
     assert!(
         text.contains("1 passed"),
@@ -54,8 +59,13 @@ enum ChildStderr {
 }
 
 /// Re-runs this test binary for test `name` only, and returns its status and output (stdout, then
-/// stderr). Fails the test with the output seen so far if the child outlives [`CHILD_DEADLINE`].
-fn run_child(name: &str, env: &[(&str, &str)], stderr: ChildStderr) -> (ExitStatus, String) {
+/// stderr). Fails the test with the output seen so far if the child outlives `limit`.
+fn run_child(
+    name: &str,
+    env: &[(&str, &str)],
+    stderr: ChildStderr,
+    limit: Duration,
+) -> (ExitStatus, String) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([name, "--exact", "--nocapture", "--test-threads=1"])
         .env("KINETRACE_CUPTI_TEST_CHILD", name)
@@ -84,7 +94,7 @@ fn run_child(name: &str, env: &[(&str, &str)], stderr: ChildStderr) -> (ExitStat
             String::from_utf8_lossy(&err.lock().unwrap())
         )
     };
-    let deadline = Instant::now() + CHILD_DEADLINE;
+    let deadline = Instant::now() + limit;
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
@@ -93,8 +103,7 @@ fn run_child(name: &str, env: &[(&str, &str)], stderr: ChildStderr) -> (ExitStat
                 let _ = child.kill();
                 let _ = child.wait();
                 panic!(
-                    "child {name} still running after {:?}; killed. Output so far:\n{}",
-                    CHILD_DEADLINE,
+                    "child {name} still running after {limit:?}; killed. Output so far:\n{}",
                     text(&out, &err)
                 );
             }
