@@ -48,8 +48,6 @@ struct Slot {
     seq: AtomicU64,
     generation: AtomicU64,
     discard: AtomicBool,
-    context: AtomicPtr<core::ffi::c_void>,
-    stream: AtomicU64,
 }
 
 impl Slot {
@@ -62,8 +60,6 @@ impl Slot {
             seq: AtomicU64::new(0),
             generation: AtomicU64::new(0),
             discard: AtomicBool::new(false),
-            context: AtomicPtr::new(std::ptr::null_mut()),
-            stream: AtomicU64::new(0),
         }
     }
 }
@@ -79,10 +75,8 @@ pub struct Completed {
     pub valid: usize,
     /// Whether its records must be counted as dropped instead of decoded.
     pub discard: bool,
-    /// The CUDA context CUPTI reported for the buffer (for `cuptiActivityGetNumDroppedRecords`).
-    pub context: usize,
-    /// The stream id CUPTI reported.
-    pub stream: u32,
+    /// Which hand-out of the slot this buffer was (see [`BufferPool::outstanding`]).
+    pub generation: u64,
     seq: u64,
 }
 
@@ -286,14 +280,10 @@ impl BufferPool {
         }
     }
 
-    /// Takes back a buffer CUPTI completed. Allocation-free, lock-free.
-    pub fn complete(
-        &self,
-        ptr: *mut u8,
-        valid: usize,
-        context: *mut core::ffi::c_void,
-        stream: u32,
-    ) {
+    /// Takes back a buffer CUPTI completed. Allocation-free, lock-free. (The context and stream
+    /// CUPTI passes with it are not kept: every buffer has been global since CUDA 6.0, and they are
+    /// always null and 0.)
+    pub fn complete(&self, ptr: *mut u8, valid: usize) {
         if ptr.is_null() {
             return;
         }
@@ -313,8 +303,6 @@ impl BufferPool {
                     return;
                 }
                 s.valid.store(valid, Ordering::Relaxed);
-                s.context.store(context, Ordering::Relaxed);
-                s.stream.store(stream as u64, Ordering::Relaxed);
                 s.seq
                     .store(self.seq.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
                 // Release: publishes CUPTI's bytes and the fields above to the decoder.
@@ -339,8 +327,7 @@ impl BufferPool {
                     ptr: s.ptr.load(Ordering::Relaxed) as usize,
                     valid: s.valid.load(Ordering::Relaxed),
                     discard: s.discard.load(Ordering::Relaxed),
-                    context: s.context.load(Ordering::Relaxed) as usize,
-                    stream: s.stream.load(Ordering::Relaxed) as u32,
+                    generation: s.generation.load(Ordering::Relaxed),
                     seq: s.seq.load(Ordering::Relaxed),
                 });
             }
@@ -372,6 +359,15 @@ impl BufferPool {
     pub fn still_out(&self, slot: usize, generation: u64) -> bool {
         self.slots.get(slot).is_some_and(|s| {
             s.state.load(Ordering::Acquire) == OUT
+                && s.generation.load(Ordering::Relaxed) == generation
+        })
+    }
+
+    /// Whether the buffer handed out as `(slot, generation)` has not reached the decoder yet: CUPTI
+    /// still holds it, or completed it and it was not taken yet.
+    pub fn not_taken(&self, slot: usize, generation: u64) -> bool {
+        self.slots.get(slot).is_some_and(|s| {
+            matches!(s.state.load(Ordering::Acquire), OUT | READY)
                 && s.generation.load(Ordering::Relaxed) == generation
         })
     }
@@ -422,13 +418,13 @@ mod tests {
         assert!(p.request().0.is_null());
         assert_eq!(p.stats().refused, 1);
         assert_eq!(p.stats().allocated_bytes, 3 * 4096);
-        p.complete(a, 100, std::ptr::null_mut(), 7);
+        p.complete(a, 100);
         let mut done = Vec::new();
         p.take_ready(&mut done);
         assert_eq!(done.len(), 1);
         assert_eq!(
-            (done[0].ptr, done[0].valid, done[0].stream, done[0].discard),
-            (a as usize, 100, 7, false)
+            (done[0].ptr, done[0].valid, done[0].discard),
+            (a as usize, 100, false)
         );
         p.release(done[0].slot);
         // Reused, not reallocated.
@@ -450,7 +446,7 @@ mod tests {
         assert!(!p.request().0.is_null());
         assert_eq!(p.stats().over_bound, 1);
         // Reserve buffers are recycled by the completion itself (nothing to decode).
-        p.complete(r1, 64, std::ptr::null_mut(), 0);
+        p.complete(r1, 64);
         let mut done = Vec::new();
         p.take_ready(&mut done);
         assert!(done.is_empty());
@@ -462,10 +458,10 @@ mod tests {
         let p = pool(4096, 8 * 4096, true);
         let bufs: Vec<_> = (0..4).map(|_| p.request().0).collect();
         for b in bufs.iter().rev() {
-            p.complete(*b, 8, std::ptr::null_mut(), 0);
+            p.complete(*b, 8);
         }
         let mut x = 0u64;
-        p.complete(&mut x as *mut u64 as *mut u8, 8, std::ptr::null_mut(), 0);
+        p.complete(&mut x as *mut u64 as *mut u8, 8);
         assert_eq!(p.stats().foreign, 1);
         let mut done = Vec::new();
         p.take_ready(&mut done);
@@ -481,7 +477,26 @@ mod tests {
         let out = p.outstanding();
         assert_eq!(out.len(), 1);
         assert!(p.still_out(out[0].0, out[0].1));
-        p.complete(a, 0, std::ptr::null_mut(), 0);
+        p.complete(a, 0);
         assert!(!p.still_out(out[0].0, out[0].1));
+    }
+
+    #[test]
+    fn a_buffer_is_not_taken_until_the_decoder_takes_it() {
+        let p = pool(4096, 2 * 4096, true);
+        let (a, _) = p.request();
+        let (slot, generation) = p.outstanding()[0];
+        assert!(p.not_taken(slot, generation));
+        p.complete(a, 64);
+        assert!(p.not_taken(slot, generation), "completed but not taken yet");
+        let mut done = Vec::new();
+        p.take_ready(&mut done);
+        assert_eq!((done[0].slot, done[0].generation), (slot, generation));
+        assert!(!p.not_taken(slot, generation));
+        p.release(slot);
+        // Handed out again: a new generation, so the old hand-out stays taken.
+        assert_eq!(p.request().0, a);
+        assert!(!p.not_taken(slot, generation));
+        assert!(p.not_taken(slot, generation + 1));
     }
 }

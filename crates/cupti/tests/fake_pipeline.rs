@@ -603,19 +603,46 @@ fn fault_dropped_records_are_counted() {
     );
 }
 
+/// Another tool holds CUPTI for the whole run (Nsight Systems, or a Kineto that subscribed first):
+/// the window records CPU activity only, touches nothing of CUPTI's activity API (that would take the
+/// other tool's records), and says so once.
 #[test]
 fn fault_subscribe_refused() {
     in_child(
         "fault_subscribe_refused",
         &[("FAKE_CUPTI_SUBSCRIBE_REFUSED", "1")],
         || {
+            let (trace, log, stats) = survives("28", |_| {});
+            assert_eq!(x(&trace, "kernel").len(), 0, "CPU only");
+            assert_eq!(stats.records_written, 0, "no kind was enabled");
+            assert_eq!(log.len(), 1, "{log:?}");
+            assert!(
+                log[0].contains("subscriber")
+                    && log[0].contains("CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"),
+                "{log:?}"
+            );
+            assert!(trace["cupti_subscriber"]
+                .as_str()
+                .unwrap()
+                .contains("another CUPTI client"));
+        },
+    );
+}
+
+/// `cuptiSubscribe` failing for another reason: GPU records still come through the activity API,
+/// without External id links, and the metadata says why.
+#[test]
+fn fault_subscribe_fails() {
+    in_child(
+        "fault_subscribe_fails",
+        &[
+            ("FAKE_CUPTI_FAIL", "cuptiSubscribe"),
+            ("FAKE_CUPTI_FAIL_CODE", "15"),
+        ],
+        || {
             let (trace, log, _) = survives("28", |_| {});
             let kernels = x(&trace, "kernel");
-            assert_eq!(
-                kernels.len(),
-                100,
-                "records still come through the activity API"
-            );
+            assert_eq!(kernels.len(), 100);
             assert!(
                 kernels
                     .iter()
@@ -625,7 +652,7 @@ fn fault_subscribe_refused() {
             assert!(trace["cupti_subscribe"]
                 .as_str()
                 .unwrap()
-                .contains("MULTIPLE_SUBSCRIBERS"));
+                .contains("CUPTI_ERROR_NOT_INITIALIZED"));
             assert!(log.is_empty(), "{log:?}");
         },
     );
@@ -742,6 +769,8 @@ fn struct_size_mismatch_refuses_the_kind() {
         &[
             ("FAKE_CUPTI_VERSION", "130500"),
             ("FAKE_CUPTI_WRONG_STRUCT_SIZE", "10"),
+            // Markers are asked for: with NVTX injection set, the only line is the one tested.
+            ("NVTX_INJECTION64_PATH", "libcupti.so.13"),
         ],
         || {
             let dir = tempfile::tempdir().unwrap();
@@ -827,5 +856,30 @@ fn devices_known_when_cuda_was_initialised_before_profiling() {
                 .unwrap();
             assert_eq!(s["args"]["device"], 1, "{s}");
         },
+    );
+}
+
+/// The harness itself: a child that hangs is killed at its deadline, and the test fails with what
+/// the child printed (instead of waiting forever).
+#[test]
+fn a_hung_child_is_killed_at_its_deadline() {
+    let name = "a_hung_child_is_killed_at_its_deadline";
+    let run = || {
+        in_child_within(name, &[], Duration::from_secs(3), || {
+            println!("child started, now hanging");
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        })
+    };
+    let failure = std::panic::catch_unwind(run).expect_err("the hung child must fail the test");
+    let message = failure
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        message.contains("still running after 3s; killed")
+            && message.contains("child started, now hanging"),
+        "{message}"
     );
 }

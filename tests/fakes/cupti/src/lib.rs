@@ -25,10 +25,26 @@ Fault injection (environment, read once):
   `cuptiGetVersion`.
 - `FAKE_CUPTI_DROP_EVERY=N` — every Nth GPU record is dropped and reported by
   `cuptiActivityGetNumDroppedRecords`.
-- `FAKE_CUPTI_SUBSCRIBE_REFUSED=1` — `cuptiSubscribe` answers 39 (another profiler is present).
+- `FAKE_CUPTI_SUBSCRIBE_REFUSED=1` — `cuptiSubscribe` always answers 39 (another tool, such as
+  Nsight Systems, holds CUPTI for the whole run).
 - `FAKE_CUPTI_LATE_MS=N` — completed buffers are handed back from another thread N ms later.
+- `FAKE_CUPTI_SLOW_READER_NS=N` — `cuptiActivityGetNumDroppedRecords` spins N ns after reading the
+  count: a collector that falls behind right after it (preempted on a loaded machine), so CUPTI runs
+  out of buffers and drops records while the collector holds them all.
+- `FAKE_CUPTI_HOLD=1` — completed buffers are held back until the test calls
+  `fake_cupti_release_held()` (a buffer CUPTI returns as late as the test decides).
 - `FAKE_CUPTI_WRONG_STRUCT_SIZE=KIND` — `cuptiActivityGetStructSize` reports 8 bytes more than the
   real size for that kind (records are still written in the real layout).
+
+CUPTI before 13.3 allows one subscriber per process, and so does the fake: a second `cuptiSubscribe`
+answers 39 (`CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED`) until the first unsubscribes, and
+`cuptiUnsubscribe` only accepts the handle of the current subscriber. `fake_cupti_foreign_subscribe`
+/ `fake_cupti_foreign_unsubscribe` subscribe and unsubscribe another client the way PyTorch's Kineto
+does (`TEARDOWN_CUPTI=1`, or older Kineto). The exit callback of a call goes to whoever is subscribed
+when the call returns, so a client that unsubscribed during a call gets no exit callback for it.
+
+`cuptiActivityGetNumDroppedRecords` answers the global queue's count for a null context (all buffers
+have been global since CUDA 6.0) and 0 for any other context.
 
 It also exports `cuDriverGetVersion`, so tests can point kinetrace's driver check at this file.
 */
@@ -87,6 +103,8 @@ struct Config {
     drop_every: u64,
     subscribe_refused: bool,
     late: Option<Duration>,
+    hold: bool,
+    slow_reader: Option<Duration>,
     wrong_struct_size: Option<u32>,
 }
 
@@ -110,6 +128,10 @@ fn config() -> &'static Config {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0),
             subscribe_refused: env("FAKE_CUPTI_SUBSCRIBE_REFUSED").is_some_and(|v| v == "1"),
+            hold: env("FAKE_CUPTI_HOLD").is_some_and(|v| v == "1"),
+            slow_reader: env("FAKE_CUPTI_SLOW_READER_NS")
+                .and_then(|v| v.parse().ok())
+                .map(Duration::from_nanos),
             late: env("FAKE_CUPTI_LATE_MS")
                 .and_then(|v| v.parse().ok())
                 .map(Duration::from_millis),
@@ -136,7 +158,8 @@ struct State {
     request: Option<Request>,
     complete: Option<Complete>,
     enabled: Vec<u32>,
-    subscriber: Option<(ApiCallback, usize)>,
+    /// The subscriber: its callback, user data and handle.
+    subscriber: Option<(ApiCallback, usize, usize)>,
     domains: Vec<u32>,
     buffer: Option<(usize, usize, usize)>, // ptr, size, used
     next_correlation: u32,
@@ -170,6 +193,15 @@ static RECORDS_DROPPED: AtomicU64 = AtomicU64::new(0);
 static BUFFERS_COMPLETED: AtomicU64 = AtomicU64::new(0);
 static FINALIZED: AtomicU32 = AtomicU32::new(0);
 static NULL_BEFORE_V27: AtomicU64 = AtomicU64::new(0);
+static SUBSCRIBES: AtomicU64 = AtomicU64::new(0);
+static UNSUBSCRIBES: AtomicU64 = AtomicU64::new(0);
+/// Records written into client buffers, by kind (every kind the fake writes is below 64).
+static WRITTEN_BY_KIND: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
+
+/// The handle the fake gives a subscriber (kinetrace's, or anyone's but the foreign client's).
+const CLIENT_HANDLE: usize = 0x5;
+/// The handle of the foreign client (`fake_cupti_foreign_subscribe`).
+const FOREIGN_HANDLE: usize = 0x6;
 
 thread_local! {
     static EXTERNAL: RefCell<Vec<(u32, u64)>> = const { RefCell::new(Vec::new()) };
@@ -231,6 +263,9 @@ fn write_record(s: &mut State, rec: &[u8], gpu: bool, done: &mut Done) -> bool {
                 };
                 s.buffer = Some((ptr, size, used + rec.len()));
                 RECORDS_WRITTEN.fetch_add(1, Ordering::Relaxed);
+                if let Some(n) = WRITTEN_BY_KIND.get(kind as usize) {
+                    n.fetch_add(1, Ordering::Relaxed);
+                }
                 return true;
             }
             done.push((ptr, size, used));
@@ -256,7 +291,33 @@ fn write_record(s: &mut State, rec: &[u8], gpu: bool, done: &mut Done) -> bool {
     false
 }
 
+/// Completed buffers held back under `FAKE_CUPTI_HOLD=1`.
+fn held() -> MutexGuard<'static, Done> {
+    static H: Mutex<Done> = Mutex::new(Vec::new());
+    H.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Hands back every buffer held under `FAKE_CUPTI_HOLD=1` (on the calling thread). Returns how many.
+#[no_mangle]
+pub extern "C" fn fake_cupti_release_held() -> u64 {
+    let done = std::mem::take(&mut *held());
+    let n = done.len() as u64;
+    deliver(done);
+    n
+}
+
 fn complete_all(done: Done) {
+    if done.is_empty() {
+        return;
+    }
+    if config().hold {
+        held().extend(done);
+        return;
+    }
+    deliver(done);
+}
+
+fn deliver(done: Done) {
     if done.is_empty() {
         return;
     }
@@ -298,16 +359,34 @@ fn api_call(
     name: &'static CStr,
     body: impl FnOnce(&mut State, u32, u64, &mut Done),
 ) -> u32 {
-    let (corr, subscriber) = {
+    api_call_around(domain, cbid, name, || {}, body)
+}
+
+/// [`api_call`] with `during` run after the enter callback, before the call's records are written
+/// (the client doing something, e.g. ending its window, while this thread is inside a CUDA call).
+fn api_call_around(
+    domain: u32,
+    cbid: u32,
+    name: &'static CStr,
+    during: impl FnOnce(),
+    body: impl FnOnce(&mut State, u32, u64, &mut Done),
+) -> u32 {
+    let corr = {
         let mut s = state();
         let c = s.next_correlation;
         s.next_correlation += 1;
-        let sub = s.subscriber.filter(|_| s.domains.contains(&domain));
-        (c, sub)
+        c
     };
     let start = now_ns();
     let mut scratch: u64 = 0;
+    // Each site goes to whoever is subscribed (with the domain enabled) at that moment.
     let callback = |site: u32, scratch: &mut u64| {
+        let subscriber = {
+            let s = state();
+            s.subscriber
+                .filter(|_| s.domains.contains(&domain))
+                .map(|(f, userdata, _)| (f, userdata))
+        };
         if let Some((f, userdata)) = subscriber {
             let data = v13::CUpti_CallbackData {
                 callbackSite: site,
@@ -328,6 +407,7 @@ fn api_call(
         }
     };
     callback(v13::CUPTI_API_ENTER, &mut scratch);
+    during();
     let mut done = Vec::new();
     {
         let mut s = state();
@@ -971,6 +1051,47 @@ pub extern "C" fn fake_cupti_runtime_call(cbid: u32) -> u32 {
     )
 }
 
+/// A runtime call (cbid 17) that runs `during(arg)` after its enter callback and before its records
+/// are written, e.g. to end a profiling window while this thread is inside a CUDA call.
+#[no_mangle]
+pub extern "C" fn fake_cupti_call_around(
+    during: extern "C" fn(*mut c_void),
+    arg: *mut c_void,
+) -> u32 {
+    api_call_around(
+        v13::CUPTI_CB_DOMAIN_RUNTIME_API,
+        17,
+        c"cudaGetDevice",
+        || during(arg),
+        |_, _, _, _| {},
+    )
+}
+
+/// The foreign client's callback: it only needs to exist.
+unsafe extern "C" fn foreign_callback(_: *mut c_void, _: u32, _: u32, _: *const c_void) {}
+
+/// Subscribes another CUPTI client the way PyTorch's Kineto does (`cuptiSubscribe` with its own
+/// callback). Returns the CUPTI code: 0, or 39 while someone else is subscribed.
+#[no_mangle]
+pub extern "C" fn fake_cupti_foreign_subscribe() -> u32 {
+    subscribe(foreign_callback, 0, FOREIGN_HANDLE)
+}
+
+/// Unsubscribes the foreign client. Returns the CUPTI code (1, INVALID_PARAMETER, when it is not
+/// the subscriber).
+#[no_mangle]
+pub extern "C" fn fake_cupti_foreign_unsubscribe() -> u32 {
+    unsubscribe(FOREIGN_HANDLE)
+}
+
+/// Records of `kind` written into client buffers so far.
+#[no_mangle]
+pub extern "C" fn fake_cupti_written_of_kind(kind: u32) -> u64 {
+    WRITTEN_BY_KIND
+        .get(kind as usize)
+        .map_or(0, |n| n.load(Ordering::Relaxed))
+}
+
 /// Counters: records written, records dropped, buffers completed, cuptiFinalize calls.
 #[repr(C)]
 #[derive(Default, Debug, Clone, Copy)]
@@ -989,6 +1110,12 @@ pub struct FakeStats {
     pub subscribed: u32,
     /// Null buffers received while reporting a version before 12.9 (where real CUPTI crashes).
     pub null_buffers_before_v27: u64,
+    /// Successful `cuptiSubscribe` calls (the foreign client's included).
+    pub subscribes: u64,
+    /// Successful `cuptiUnsubscribe` calls (the foreign client's included).
+    pub unsubscribes: u64,
+    /// Whether the current subscriber is the foreign client.
+    pub foreign_subscribed: u32,
 }
 
 /// Fills `out` with the fake's counters.
@@ -1006,6 +1133,9 @@ pub unsafe extern "C" fn fake_cupti_stats(out: *mut FakeStats) {
         enabled_kinds: s.enabled.len() as u32,
         subscribed: s.subscriber.is_some() as u32,
         null_buffers_before_v27: NULL_BEFORE_V27.load(Ordering::Relaxed),
+        subscribes: SUBSCRIBES.load(Ordering::Relaxed),
+        unsubscribes: UNSUBSCRIBES.load(Ordering::Relaxed),
+        foreign_subscribed: s.subscriber.is_some_and(|(_, _, h)| h == FOREIGN_HANDLE) as u32,
     };
     // SAFETY: the caller passes a valid pointer (checked non-null).
     unsafe { *out = stats };
@@ -1176,6 +1306,17 @@ fn record_size(kind: u32) -> Option<usize> {
     })
 }
 
+/// `FAKE_CUPTI_SLOW_READER_NS`: keeps the calling (collector) thread busy for that long. A spin, not
+/// a sleep: the reader stays busy, as a preempted collector would.
+fn slow_reader() {
+    if let Some(d) = config().slow_reader {
+        let end = std::time::Instant::now() + d;
+        while std::time::Instant::now() < end {
+            std::hint::spin_loop();
+        }
+    }
+}
+
 /// `cuptiActivityGetNextRecord`: steps by this release's record sizes.
 #[no_mangle]
 pub unsafe extern "C" fn cuptiActivityGetNextRecord(
@@ -1210,10 +1351,11 @@ pub unsafe extern "C" fn cuptiActivityGetNextRecord(
     SUCCESS
 }
 
-/// `cuptiActivityGetNumDroppedRecords`: records dropped since the last call.
+/// `cuptiActivityGetNumDroppedRecords`: records dropped since the last call, from the global queue
+/// (`ctx` null); other contexts have no queue of their own since CUDA 6.0, so they answer 0.
 #[no_mangle]
 pub unsafe extern "C" fn cuptiActivityGetNumDroppedRecords(
-    _ctx: v13::CUcontext,
+    ctx: v13::CUcontext,
     _stream: u32,
     dropped: *mut usize,
 ) -> u32 {
@@ -1223,7 +1365,12 @@ pub unsafe extern "C" fn cuptiActivityGetNumDroppedRecords(
     if dropped.is_null() {
         return INVALID_PARAMETER;
     }
-    let n = std::mem::take(&mut state().dropped_pending);
+    let n = if ctx.is_null() {
+        std::mem::take(&mut state().dropped_pending)
+    } else {
+        0
+    };
+    slow_reader();
     // SAFETY: non-null out-pointer.
     unsafe { *dropped = n as usize };
     SUCCESS
@@ -1260,26 +1407,43 @@ pub unsafe extern "C" fn cuptiSubscribe(
     let (Some(cb), false) = (callback, handle.is_null()) else {
         return INVALID_PARAMETER;
     };
+    let rc = subscribe(cb, userdata as usize, CLIENT_HANDLE);
+    if rc == SUCCESS {
+        // SAFETY: non-null out-pointer; the handle value is opaque to the client.
+        unsafe { *handle = CLIENT_HANDLE as *mut v13::CUpti_Subscriber_st };
+    }
+    rc
+}
+
+/// One subscriber per process, as CUPTI before 13.3.
+fn subscribe(cb: ApiCallback, userdata: usize, handle: usize) -> u32 {
     let mut s = state();
     if s.subscriber.is_some() {
         return MULTIPLE_SUBSCRIBERS;
     }
-    s.subscriber = Some((cb, userdata as usize));
-    // SAFETY: non-null out-pointer; the handle value is opaque to the client.
-    unsafe { *handle = 0x5usize as *mut v13::CUpti_Subscriber_st };
+    s.subscriber = Some((cb, userdata, handle));
+    SUBSCRIBES.fetch_add(1, Ordering::Relaxed);
     SUCCESS
 }
 
-/// `cuptiUnsubscribe`.
+fn unsubscribe(handle: usize) -> u32 {
+    let mut s = state();
+    if s.subscriber.is_none_or(|(_, _, h)| h != handle) {
+        return INVALID_PARAMETER;
+    }
+    s.subscriber = None;
+    s.domains.clear();
+    UNSUBSCRIBES.fetch_add(1, Ordering::Relaxed);
+    SUCCESS
+}
+
+/// `cuptiUnsubscribe`: only the current subscriber's handle is accepted.
 #[no_mangle]
-pub extern "C" fn cuptiUnsubscribe(_handle: v13::CUpti_SubscriberHandle) -> u32 {
+pub extern "C" fn cuptiUnsubscribe(handle: v13::CUpti_SubscriberHandle) -> u32 {
     if let Some(c) = fails("cuptiUnsubscribe") {
         return c;
     }
-    let mut s = state();
-    s.subscriber = None;
-    s.domains.clear();
-    SUCCESS
+    unsubscribe(handle as usize)
 }
 
 /// `cuptiEnableDomain`.
