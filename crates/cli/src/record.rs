@@ -435,21 +435,27 @@ fn python_dir() -> Result<tempfile::TempDir> {
 /// Lists what was written, removes leftovers of processes that died mid-write, prints the summary.
 fn report(plan: &RecordPlan) {
     let mut traces = Vec::new();
-    let mut removed = 0;
     for p in walk(&plan.run_dir) {
         let name = p
             .file_name()
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default();
-        if name.starts_with('.') && name.ends_with(".tmp") {
-            if std::fs::remove_file(&p).is_ok() {
-                removed += 1;
-            }
-        } else if name.ends_with(".pt.trace.json") || name.ends_with(".pt.trace.json.gz") {
+        if !name.starts_with('.')
+            && (name.ends_with(".pt.trace.json") || name.ends_with(".pt.trace.json.gz"))
+        {
             traces.push(p);
         }
     }
     traces.sort();
+    // Only the unfinished files of processes that are gone: one that outlived the command (started
+    // in the background) is still writing its trace.
+    let removed = match kinetrace::control::effective_uid() {
+        Some(uid) => kinetrace::export::writer::remove_abandoned(&plan.run_dir, uid, &|pid| {
+            !Path::new(&format!("/proc/{pid}")).exists()
+        })
+        .len(),
+        None => 0,
+    };
     if removed > 0 {
         eprintln!("kinetrace: removed {removed} incomplete file(s) of processes that ended before writing their trace");
     }

@@ -637,3 +637,42 @@ fn an_unusable_tmpdir_runs_the_command_without_the_python_hook() {
         );
     }
 }
+
+/// A profiled process that outlives `record` (started in the background) keeps its unfinished
+/// files: `record` removes only those of processes that are gone, so that process's trace still
+/// appears when it ends.
+#[test]
+fn record_leaves_the_files_of_a_process_that_outlives_it() {
+    let w = World::new();
+    let train = built().train.to_str().unwrap().to_string();
+    let ready = w.tmp.path().join("bg-ready");
+    let go = w.tmp.path().join("bg-go");
+    let tag = format!("bg-outlives-{}", std::process::id());
+    let script = format!(
+        "{train} 5 --cuda --ready-file {ready} --wait-file {go} --tag {tag} >/dev/null 2>&1 </dev/null & \
+         while [ ! -s {ready} ]; do sleep 0.01; done",
+        ready = ready.display(),
+        go = go.display(),
+    );
+    let o = record_sh(&w, &script).finish(RUN);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let bg: u32 = std::fs::read_to_string(&ready)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The background job is alive and recording; now let it finish.
+    std::fs::write(&go, "").unwrap();
+    let end = Instant::now() + RUN;
+    while w.traces().is_empty() {
+        if Instant::now() > end {
+            let left = reap_tagged(&tag);
+            panic!(
+                "the background job ({bg}) never wrote its trace (still running: {left:?}); record said:\n{}",
+                text(&o.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(w.traces().len(), 1);
+}
