@@ -33,6 +33,17 @@ impl Activity {
     pub fn activity_type(&self) -> ActivityType {
         self.detail.activity_type()
     }
+
+    /// The OS thread a host record happened on (`None` for device records).
+    pub fn thread(&self) -> Option<u32> {
+        match &self.detail {
+            Detail::CpuOp(s) | Detail::UserAnnotation(s) => Some(s.tid),
+            Detail::Runtime(a) | Detail::Driver(a) => Some(a.tid),
+            Detail::Memory(m) => Some(m.tid),
+            Detail::Marker(m) => Some(m.tid),
+            _ => None,
+        }
+    }
 }
 
 /// Kind-specific fields.
@@ -421,6 +432,16 @@ impl ActivityType {
         ActivityType::Marker,
         ActivityType::Overhead,
     ];
+
+    /// Whether records of this type happen on a host thread (spans, API calls, markers,
+    /// allocations, tracing overhead) rather than on a device queue. A window keeps host records
+    /// that start before its end; device records launched inside it may run past it.
+    pub fn on_host(self) -> bool {
+        !matches!(
+            self,
+            ActivityType::Kernel | ActivityType::Memcpy | ActivityType::Memset | ActivityType::Sync
+        )
+    }
 
     /// The Kineto `cat` name (also the `ACTIVITY_TYPES` config spelling).
     pub fn kineto_name(self) -> &'static str {

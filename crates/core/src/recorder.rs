@@ -24,19 +24,67 @@ static RING_CAPACITY: AtomicUsize = AtomicUsize::new(DEFAULT_RING_CAPACITY);
 /// Default slots per thread ring (each slot is one [`CpuRecord`], about 130 bytes).
 pub const DEFAULT_RING_CAPACITY: usize = 1 << 14;
 
+/// The collector thread, woken when a ring passes its fill mark so that a burst is drained before it
+/// fills the ring. Locked only on that rare path and when a session starts or stops.
+static COLLECTOR: Mutex<Option<std::thread::Thread>> = Mutex::new(None);
+/// A wake-up is on its way; the collector clears it when it starts a round (Relaxed: a hint, a
+/// spurious or late wake-up costs one round).
+static WAKE_PENDING: AtomicBool = AtomicBool::new(false);
+
+/// Sets (or clears) the thread [`wake_collector`] wakes.
+pub fn set_collector(thread: Option<std::thread::Thread>) {
+    *COLLECTOR.lock().unwrap_or_else(|e| e.into_inner()) = thread;
+}
+
+/// Wakes the collector thread now (a command is queued, or a ring is filling).
+pub fn wake_collector() {
+    if let Some(t) = COLLECTOR.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        t.unpark();
+    }
+}
+
+/// Called by the collector as it starts a round: fill marks passed from now on wake it again.
+pub fn collector_woke() {
+    WAKE_PENDING.store(false, Ordering::Relaxed);
+}
+
+#[cold]
+fn ring_filling() {
+    if !WAKE_PENDING.swap(true, Ordering::Relaxed) {
+        wake_collector();
+    }
+}
+
 /// Records refused without reaching a ring: a push re-entered on a thread already pushing (a signal
-/// handler interrupting a push), or one made while the thread's storage is torn down. Counted with the
-/// ring drops. Relaxed: a statistic.
+/// handler interrupting a push), or one made while the thread's storage is torn down. Relaxed: a
+/// statistic.
 static REFUSED: AtomicU64 = AtomicU64::new(0);
+
+/// Every record lost on the way into a ring (a full ring, or refused as above), since the process
+/// started: one counter, so a window's count is the difference of two loads taken at its bounds.
+/// Relaxed: only the totals matter; the bounds' loads happen on the thread that ends the window.
+static LOST: AtomicU64 = AtomicU64::new(0);
 
 /// Records refused before reaching any ring, since the process started (see [`push`]).
 pub fn refused_pushes() -> u64 {
     REFUSED.load(Ordering::Relaxed)
 }
 
+/// Records lost on the way into the rings (full or refused), since the process started.
+pub fn lost_records() -> u64 {
+    LOST.load(Ordering::Relaxed)
+}
+
 #[cold]
 fn refuse() -> bool {
     REFUSED.fetch_add(1, Ordering::Relaxed);
+    LOST.fetch_add(1, Ordering::Relaxed);
+    false
+}
+
+#[cold]
+fn ring_full() -> bool {
+    LOST.fetch_add(1, Ordering::Relaxed);
     false
 }
 
@@ -196,7 +244,14 @@ impl Tls {
         };
         let l = ring.get_or_insert_with(register_this_thread);
         let record = make(l.pid, l.tid);
-        l.writer.try_push(record).is_ok()
+        match l.writer.push_checked(record) {
+            Ok(false) => true,
+            Ok(true) => {
+                ring_filling();
+                true
+            }
+            Err(_) => ring_full(),
+        }
     }
 }
 

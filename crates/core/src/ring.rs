@@ -114,6 +114,7 @@ pub fn ring<T: Send>(capacity: usize) -> (RingWriter<T>, RingReader<T>) {
         RingWriter {
             shared: shared.clone(),
             cached_head: 0,
+            check_at: cap / 2,
         },
         RingReader { shared },
     )
@@ -125,12 +126,23 @@ pub struct RingWriter<T> {
     /// The last `head` seen; refreshed only when the ring looks full, which saves a cross-core load on
     /// most pushes.
     cached_head: usize,
+    /// The `tail` at which to check whether the ring is past its fill mark (half full): one compare
+    /// per push, a load of `head` only when it is reached.
+    check_at: usize,
 }
 
 impl<T: Send> RingWriter<T> {
     /// Appends `value`, or hands it back (and counts a drop) when the ring is full.
     #[inline]
     pub fn try_push(&mut self, value: T) -> Result<(), T> {
+        self.push_checked(value).map(|_| ())
+    }
+
+    /// Like [`try_push`](Self::try_push), and says `Ok(true)` when this push left the ring at or
+    /// past half full, so the caller can wake the reader before it fills. Said again after every
+    /// further eighth of the ring while it stays past the mark, never on every push.
+    #[inline]
+    pub fn push_checked(&mut self, value: T) -> Result<bool, T> {
         let s = &*self.shared;
         // Relaxed: only this writer stores `tail`.
         let tail = s.tail.0.load(Ordering::Relaxed);
@@ -148,9 +160,22 @@ impl<T: Send> RingWriter<T> {
         // SAFETY: `tail` is outside head..tail, so the slot belongs to the writer (invariant), and only
         // this writer exists.
         s.slots[idx].with_mut(|p| unsafe { (*p).write(value) });
+        let next = tail.wrapping_add(1);
         // Release: publishes the slot write to the reader's Acquire load of `tail`.
-        s.tail.0.store(tail.wrapping_add(1), Ordering::Release);
-        Ok(())
+        s.tail.0.store(next, Ordering::Release);
+        if next != self.check_at {
+            return Ok(false);
+        }
+        // Acquire: as above.
+        self.cached_head = s.head.0.load(Ordering::Acquire);
+        let mark = (s.mask >> 1) + 1;
+        if next.wrapping_sub(self.cached_head) >= mark {
+            self.check_at = next.wrapping_add(((s.mask + 1) / 8).max(1));
+            return Ok(true);
+        }
+        // Below the mark: check again when the tail could reach it.
+        self.check_at = self.cached_head.wrapping_add(mark);
+        Ok(false)
     }
 
     /// Counts a value that never reached the ring (refused by the caller, e.g. a push re-entered from
@@ -331,6 +356,30 @@ mod tests {
         fn drop(&mut self) {
             LIVE.fetch_sub(1, Ordering::SeqCst);
         }
+    }
+
+    #[test]
+    fn the_fill_mark_is_reported_once_per_eighth_past_half() {
+        let (mut w, mut r) = ring::<u32>(16);
+        let marks: Vec<bool> = (0..16).map(|i| w.push_checked(i).unwrap()).collect();
+        // Half full at the 8th push, then again every 2 pushes (an eighth of 16) while past it.
+        let at: Vec<usize> = marks
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| **m)
+            .map(|(i, _)| i + 1)
+            .collect();
+        assert_eq!(at, [8, 10, 12, 14, 16]);
+        r.drain(drop);
+        // Emptied: the next report comes when it is half full again.
+        let marks: Vec<bool> = (16..32).map(|i| w.push_checked(i).unwrap()).collect();
+        let at: Vec<usize> = marks
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| **m)
+            .map(|(i, _)| i + 1)
+            .collect();
+        assert_eq!(at[0], 8, "{at:?}");
     }
 
     /// A callback that panics mid-drain: the values already handed out belong to it and must never

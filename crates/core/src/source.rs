@@ -47,10 +47,14 @@ pub trait ActivitySource: Send {
         Vec::new()
     }
 
-    /// Starts producing records of the given types (called at the start of warm-up).
+    /// Starts producing records of the given types. Called when a window opens (the start of
+    /// warm-up). It may be called again, while enabled, for the next window when the previous one
+    /// ended too recently to be disabled in between: it must then be harmless, and is the moment
+    /// to retry anything that failed for the previous window.
     fn enable(&mut self, activities: ActivitySet) -> Result<(), SourceError>;
 
-    /// Stops producing records. Records already produced stay available to [`flush`](Self::flush).
+    /// Stops producing records (the collector calls it once no window needs the source). Records
+    /// already produced stay available to [`flush`](Self::flush).
     fn disable(&mut self) {}
 
     /// Hands over records completed so far without forcing the vendor to flush. Called periodically by

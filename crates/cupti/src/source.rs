@@ -184,6 +184,8 @@ struct Live {
     flush_error: Option<CuptiError>,
     cupti_dropped: u64,
     discarded: u64,
+    /// The pool's count of records in discarded reserve buffers, as of the last drain.
+    pool_discarded: u64,
     /// Buffers CUPTI still held when a window's flush stopped waiting, as (slot, generation).
     late: Vec<(usize, u64)>,
     /// How many of those the last window missed.
@@ -279,6 +281,7 @@ impl CuptiSource {
             flush_error: None,
             cupti_dropped: 0,
             discarded: 0,
+            pool_discarded: 0,
             late: Vec::new(),
             late_buffers_window: 0,
             late_records: 0,
@@ -640,6 +643,9 @@ impl Live {
 
     /// Decodes every completed buffer; counts the records of late ones instead.
     fn drain(&mut self, emit: &mut dyn FnMut(&Activity)) {
+        // Reserve buffers are counted as they complete, on CUPTI's thread; the count joins
+        // `dropped()` here, on the collector, so a window's drops are what its drains collected.
+        self.pool_discarded = POOL.stats().discarded_records;
         let mut taken = std::mem::take(&mut self.scratch);
         POOL.take_ready(&mut taken);
         let mut slices: Vec<&[u8]> = Vec::new();
@@ -1004,7 +1010,7 @@ impl ActivitySource for CuptiSource {
     fn dropped(&self) -> u64 {
         match &self.state {
             // Refused buffers are not records: CUPTI counts what it could not write in cupti_dropped.
-            State::Live(l) => l.cupti_dropped + l.discarded + POOL.stats().discarded_records,
+            State::Live(l) => l.cupti_dropped + l.discarded + l.pool_discarded,
             State::Off { .. } => 0,
         }
     }

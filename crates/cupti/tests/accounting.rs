@@ -222,19 +222,27 @@ fn late_buffers_are_counted_not_lost() {
             let produced = (after.0.records_written - before.0.records_written)
                 + (after.0.records_dropped - before.0.records_dropped)
                 - (after.1 - before.1);
-            let late_lines: Vec<String> = source_log
-                .lines()
-                .into_iter()
-                .filter(|l| l.contains("still with CUPTI"))
-                .collect();
-            assert_eq!(late_lines.len(), 1, "{:?}", source_log.lines());
+            let late_lines = || -> Vec<String> {
+                source_log
+                    .lines()
+                    .into_iter()
+                    .filter(|l| l.contains("still with CUPTI"))
+                    .collect()
+            };
+            // The collector flushes the ended window on its own thread; its wait gives up there.
+            wait_until(
+                Duration::from_secs(30),
+                || !late_lines().is_empty(),
+                || format!("{:?}", source_log.lines()),
+            );
+            assert_eq!(late_lines().len(), 1, "{:?}", source_log.lines());
             // Now CUPTI returns them, after the window closed.
             assert!(fake.release_held() > 0);
             session.step(); // 4: warm-up of window 1
             session.step(); // 5: recording
             session.step(); // 6: window 1 ends
-            let seen = windows.get();
             session.stop();
+            let seen = windows.get();
             assert_eq!(seen.len(), 2);
             let w0 = &seen[0];
             let late_buffers: u64 = w0

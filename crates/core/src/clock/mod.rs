@@ -185,22 +185,37 @@ impl TickConverter {
             points: std::collections::VecDeque::with_capacity(MAX_POINTS),
         };
         if tsc {
-            c.calibrate();
-            let until = Instant::now() + std::time::Duration::from_micros(200);
-            while Instant::now() < until {
-                std::hint::spin_loop();
+            // Two points about 200 µs apart (a few tries each, in case of preemption).
+            for _ in 0..2 {
+                let before = c.points.len();
+                for _ in 0..10 {
+                    c.calibrate();
+                    if c.points.len() > before {
+                        break;
+                    }
+                }
+                if c.points.len() == before {
+                    // Preempted every time: a wide sample beats none (the next ones replace it).
+                    c.points.push_back(sample(u64::MAX).unwrap_or_default());
+                }
+                let until = Instant::now() + std::time::Duration::from_micros(200);
+                while Instant::now() < until {
+                    std::hint::spin_loop();
+                }
             }
-            c.calibrate();
         }
         c
     }
 
-    /// Adds a calibration point for now (no-op for monotonic ticks, which need none).
+    /// Adds a calibration point for now (no-op for monotonic ticks, which need none). A sample
+    /// whose bracket was stretched by preemption is not used; the next call tries again.
     pub fn calibrate(&mut self) {
         if !self.tsc {
             return;
         }
-        let point = sample_tsc_against_monotonic();
+        let Some(point) = sample_tsc_against_monotonic() else {
+            return;
+        };
         if let Some(&(t, m)) = self.points.back() {
             // Keep points strictly increasing; a point within 50 µs of the last adds nothing.
             if point.0 <= t || point.1 < m + 50_000 {
@@ -248,12 +263,21 @@ impl TickConverter {
     }
 }
 
-/// One `(ticks, monotonic ns)` pair: the narrowest of three brackets `tsc; Instant; tsc`, with the
-/// counter read taken at the bracket's midpoint.
-fn sample_tsc_against_monotonic() -> (u64, u64) {
+/// Widest bracket `tsc; Instant; tsc` accepted as a calibration sample, in counter ticks (a few
+/// microseconds on any invariant-TSC CPU): a wider one was interrupted, and its midpoint could be
+/// off by half its width.
+const MAX_BRACKET_TICKS: u64 = 20_000;
+
+/// One `(ticks, monotonic ns)` pair: the narrowest of a few brackets `tsc; Instant; tsc`, with the
+/// counter read taken at the bracket's midpoint; `None` when every bracket was interrupted.
+fn sample_tsc_against_monotonic() -> Option<(u64, u64)> {
+    sample(MAX_BRACKET_TICKS)
+}
+
+fn sample(max_width: u64) -> Option<(u64, u64)> {
     let a = anchor();
     let mut best: Option<(u64, (u64, u64))> = None;
-    for _ in 0..3 {
+    for _ in 0..5 {
         let before = tsc::read();
         let mono = a.instant.elapsed().as_nanos() as u64;
         let after = tsc::read();
@@ -262,7 +286,7 @@ fn sample_tsc_against_monotonic() -> (u64, u64) {
             best = Some((width, (before + width / 2, mono)));
         }
     }
-    best.map(|(_, p)| p).unwrap_or_default()
+    best.filter(|(w, _)| *w <= max_width).map(|(_, p)| p)
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use super::*;
+use super::{SinkFactory, TraceOutput};
+use crate::schedule::ProfilerAction;
 
 /// When an on-demand capture starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,101 +112,6 @@ pub struct SessionStatus {
     pub traces: usize,
     /// Why the session stepped aside, if it did.
     pub stepped_aside: Option<String>,
-}
-
-impl State {
-    pub(super) fn log(&self, message: &str) {
-        (self.config.log)(message)
-    }
-
-    pub(super) fn target_action(&self, elapsed: Duration) -> ProfilerAction {
-        if self.stepped_aside.is_some() {
-            return ProfilerAction::None;
-        }
-        match &self.request {
-            Some(ActiveRequest {
-                kind: RequestKind::Steps(s),
-                ..
-            }) => return s.action(self.step_num),
-            Some(ActiveRequest {
-                kind: RequestKind::Time(w, t0),
-                ..
-            }) => return w.action_at(t0.elapsed()),
-            None => {}
-        }
-        match self.config.trigger {
-            Trigger::Always => ProfilerAction::Record,
-            Trigger::Schedule(s) => s.action(self.step_num),
-            Trigger::TimeWindow(w) => w.action_at(elapsed),
-            Trigger::OnDemand => ProfilerAction::None,
-        }
-    }
-
-    /// Whether `step()` moves the action: a step request, or a schedule when no request is active.
-    pub(super) fn step_driven(&self) -> bool {
-        match &self.request {
-            Some(r) => matches!(r.kind, RequestKind::Steps(_)),
-            None => matches!(self.config.trigger, Trigger::Schedule(_)),
-        }
-    }
-
-    /// Whether the collector moves the action as time passes.
-    pub(super) fn time_driven(&self) -> bool {
-        match &self.request {
-            Some(r) => matches!(r.kind, RequestKind::Time(..)),
-            None => matches!(self.config.trigger, Trigger::TimeWindow(_)),
-        }
-    }
-
-    /// Ends the on-demand capture once its window has passed, telling the requester the outcome.
-    pub(super) fn settle_request(&mut self) {
-        let finished = match &self.request {
-            None => return,
-            Some(r) => match &r.kind {
-                RequestKind::Steps(s) => s
-                    .last_active_step()
-                    .is_some_and(|last| self.step_num > last),
-                RequestKind::Time(w, t0) => w.end().is_some_and(|end| t0.elapsed() >= end),
-            },
-        };
-        if finished && self.action == ProfilerAction::None {
-            self.finish_request("nothing was recorded");
-        }
-    }
-
-    /// Ends a capture in progress now (saving it; a warm-up is discarded) and goes idle.
-    pub(super) fn end_capture(&mut self) {
-        self.close_step_span();
-        let exit = commands_on_exit(self.action);
-        self.run(exit);
-        self.action = ProfilerAction::None;
-        // A window still open here (WARMUP exit) is discarded.
-        self.discard_open_windows();
-        recorder::set_active(false);
-    }
-
-    /// Shuts the session down (idempotent): saves a capture in progress, tells a pending request.
-    pub(super) fn close(&mut self) {
-        if self.shutdown {
-            return;
-        }
-        self.shutdown = true;
-        self.end_capture();
-        self.finish_request("the profiler stopped before the capture recorded anything");
-    }
-
-    /// Ends the pending request now, telling it the last trace written or `fallback`.
-    pub(super) fn finish_request(&mut self, fallback: &str) {
-        if let Some(r) = self.request.take() {
-            let result = self
-                .last_result
-                .take()
-                .unwrap_or_else(|| Err(fallback.to_string()));
-            if let Some(done) = r.on_done {
-                done(result);
-            }
-        }
-    }
 }
 
 pub(super) fn describe_plan(plan: &CapturePlan) -> String {

@@ -1,36 +1,47 @@
 //! The session: wires sources, the thread rings and a sink together, driven by a trigger.
 //!
 //! It holds no policy of its own: the [`crate::schedule`] state machine decides what happens on each
-//! step (or tick of a time window) and the session carries out the [`SessionCommand`]s:
+//! step (or tick of a time window) and the session carries out its commands.
 //!
-//! - `Prepare`: turn recording on and enable sources; events are collected but discarded (warm-up).
-//! - `Start`: open a sink; from now on events are kept.
-//! - `Stop`: drain rings, flush sources, turn recording off.
-//! - `TraceReady`: finish the sink (write the file) and fire `on_trace_ready`.
+//! Two sides, so that a training step never waits for profiling work:
 //!
-//! A collector thread drains the rings and polls sources every `collect_interval` so memory stays
-//! bounded; steps and the end of a window drain synchronously.
+//! - **Control** ([`control`]): the schedule's state, the on-demand request, the step span. A step,
+//!   a capture request or a status query holds its lock for microseconds. A transition turns the
+//!   action's commands into [`Command`]s stamped with the time they happened, queues them and wakes
+//!   the collector. The one piece of work it does itself is enabling the sources when a window opens
+//!   while they are off (as `torch.profiler`'s `step()` does), so that the first step of a window is
+//!   recorded; the collector never holds the sources then (it touches them only while a window is
+//!   open or closing).
+//! - **Collector** ([`collector`]): a thread that owns everything else: the sinks, the pairing
+//!   tables, the clock converter. It drains the rings and polls the sources every
+//!   `collect_interval` (sooner when a ring passes its fill mark), applies the queued commands in
+//!   order, and finishes windows: flushing the sources, writing the trace (header, rename) and
+//!   calling `on_trace_ready` all happen there. Records are assigned to a window by their time
+//!   stamps, not by when the collector sees them.
+//!
+//! [`Session::stop`] and dropping the session wait for the collector to finish every queued window.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::activity::ActivitySet;
-use crate::clock::UnixNanos;
-use crate::recorder::{self, CpuRecord};
-use crate::schedule::{commands_on_exit, ProfilerAction, Schedule, TimeWindow};
-use crate::source::{ActivitySource, Sink, SinkFactory, TraceOutput};
+use crate::recorder;
+use crate::schedule::{ProfilerAction, Schedule, TimeWindow};
+use crate::source::{ActivitySource, SinkFactory, TraceOutput};
 
 mod capture;
-mod window;
+mod collector;
+mod control;
 
 use capture::describe_plan;
 pub use capture::{
     CaptureDone, CaptureLength, CapturePlan, CaptureRefused, CaptureRequest, CaptureStart,
     SessionStatus,
 };
+use collector::Collector;
+use control::{ActiveRequest, Command, Control, RequestKind};
 
 /// Only one session may record at a time: the rings and the on/off word are process-wide.
 static SESSION_LIVE: AtomicBool = AtomicBool::new(false);
@@ -48,11 +59,21 @@ pub enum Trigger {
     OnDemand,
 }
 
-/// Called with each finished trace.
+/// Called with each finished trace, on the collector thread.
 pub type TraceReadyCallback = Box<dyn FnMut(&TraceOutput) + Send>;
 
 /// Where the session's one-line messages go.
 pub type LogFn = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The default message sink: one line on stderr prefixed `kinetrace: `. It never panics: a full
+/// disk or a closed pipe on stderr loses the line, not the session.
+pub fn stderr_log() -> LogFn {
+    Arc::new(|m: &str| {
+        use std::io::Write;
+        let line = format!("kinetrace: {m}\n");
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    })
+}
 
 /// Settings for a session.
 pub struct SessionConfig {
@@ -62,7 +83,8 @@ pub struct SessionConfig {
     pub trigger: Trigger,
     /// Slots per thread ring.
     pub ring_capacity: usize,
-    /// How often the collector drains rings and polls sources.
+    /// How often the collector drains rings and polls sources (it is also woken when a ring passes
+    /// its fill mark).
     pub collect_interval: Duration,
     /// Distributed rank.
     pub rank: Option<u32>,
@@ -70,7 +92,7 @@ pub struct SessionConfig {
     pub world_size: Option<u32>,
     /// Extra metadata for every trace.
     pub metadata: Vec<(String, String)>,
-    /// Message sink (default: one line on stderr prefixed `kinetrace: `).
+    /// Message sink (default: [`stderr_log`]).
     pub log: LogFn,
     /// The step number the session starts at (steps the process took before profiling began).
     pub first_step: u64,
@@ -86,12 +108,7 @@ impl Default for SessionConfig {
             rank: None,
             world_size: None,
             metadata: Vec::new(),
-            // Not `eprintln!`: it panics when stderr is a full disk or a closed pipe, and a log
-            // line must never take the program down.
-            log: Arc::new(|m| {
-                use std::io::Write;
-                let _ = std::io::stderr().write_all(format!("kinetrace: {m}\n").as_bytes());
-            }),
+            log: stderr_log(),
             first_step: 0,
         }
     }
@@ -125,76 +142,29 @@ pub struct Session {
     released: bool,
 }
 
+/// The sources and which of them failed to enable (skipped until the next window).
+struct Sources {
+    list: Vec<Box<dyn ActivitySource>>,
+    failed: Vec<bool>,
+}
+
 struct Shared {
-    state: Mutex<State>,
-    wake: Condvar,
-}
-
-struct Window {
-    /// The sink, open once recording started.
-    sink: Option<Box<dyn Sink>>,
-    start: UnixNanos,
-    end: UnixNanos,
-    recording: bool,
-    events: u64,
-    write_error: Option<String>,
-    ring_drops_at_start: u64,
-    source_drops_at_start: Vec<u64>,
-    threads: HashMap<u32, Option<String>>,
-}
-
-struct StepSpan {
-    id: u64,
-    previous_external_id: u64,
-    start: crate::clock::Ticks,
-    step: u64,
-}
-
-struct State {
-    config: SessionConfig,
-    sources: Vec<Box<dyn ActivitySource>>,
-    /// Sources that failed to enable; skipped until the next Prepare.
-    source_failed: Vec<bool>,
-    sinks: Box<dyn SinkFactory>,
-    on_trace_ready: Option<TraceReadyCallback>,
-    action: ProfilerAction,
-    step_num: u64,
-    cycle: u32,
-    window: Option<Window>,
-    stopped: Option<Window>,
-    open_begins: HashMap<(u32, u64), (u32, CpuRecord)>,
-    retired_ring_drops: u64,
-    step_span: Option<StepSpan>,
-    /// Whether steps get `ProfilerStep#N` annotations: from the start with a schedule (as torch does
-    /// when given one), otherwise from the first `step()` call on.
-    record_steps: bool,
-    started: Instant,
-    outputs: Vec<TraceOutput>,
-    shutdown: bool,
-    /// The on-demand capture pending or in progress.
-    request: Option<ActiveRequest>,
-    /// The outcome of the last `TraceReady` (or of a sink that could not open).
-    last_result: Option<Result<TraceOutput, String>>,
-    /// Set by [`Session::step_aside`]: nothing is recorded any more.
-    stepped_aside: Option<String>,
-    /// Reused buffer for records drained from the rings.
-    drained: Vec<(u32, CpuRecord)>,
-    /// Reused buffer for records polled from sources.
-    polled: Vec<crate::activity::Activity>,
-    /// Converts the recording clock of drained records to Unix time.
-    clock: crate::clock::TickConverter,
-}
-
-enum RequestKind {
-    Steps(Schedule),
-    Time(TimeWindow, Instant),
-}
-
-struct ActiveRequest {
-    kind: RequestKind,
-    plan: CapturePlan,
-    sinks: Option<Box<dyn SinkFactory>>,
-    on_done: Option<CaptureDone>,
+    control: Mutex<Control>,
+    /// Signalled when the collector has processed the shutdown.
+    finished: Condvar,
+    /// Lock order: `sources` before `control`; nothing takes `sources` while holding `control`.
+    sources: Mutex<Sources>,
+    /// The collector's own state; only the collector thread locks it (or, without one, whoever
+    /// runs its work inline).
+    collector: Mutex<Collector>,
+    /// The recording window's bounds as the control side set them, for records the collector
+    /// drains before it has seen the command (recording-clock ticks): the last start (`u64::MAX`
+    /// while none is pending) and the last end. Release on store, Acquire on load: a record pushed after the
+    /// store on the same thread is seen with it.
+    recording_from: AtomicU64,
+    recording_until: AtomicU64,
+    /// Whether a collector thread runs (else its work is done inline by the caller).
+    threaded: AtomicBool,
 }
 
 impl Session {
@@ -204,7 +174,7 @@ impl Session {
         config: SessionConfig,
         sources: Vec<Box<dyn ActivitySource>>,
         sinks: Box<dyn SinkFactory>,
-        on_trace_ready: Option<TraceReadyCallback>,
+        on_trace_ready: Option<crate::session::TraceReadyCallback>,
     ) -> Result<Session, SessionError> {
         if SESSION_LIVE
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
@@ -216,49 +186,44 @@ impl Session {
         recorder::set_ring_capacity(config.ring_capacity);
         let interval = config.collect_interval;
         let n_sources = sources.len();
-        let record_steps = matches!(config.trigger, Trigger::Schedule(_));
-        let step_num = config.first_step;
-        let mut state = State {
-            config,
-            sources,
-            source_failed: vec![false; n_sources],
-            sinks,
-            on_trace_ready,
-            action: ProfilerAction::None,
-            step_num,
-            cycle: 0,
-            window: None,
-            stopped: None,
-            open_begins: HashMap::new(),
-            retired_ring_drops: 0,
-            step_span: None,
-            record_steps,
-            started: Instant::now(),
-            outputs: Vec::new(),
-            shutdown: false,
-            request: None,
-            last_result: None,
-            stepped_aside: None,
-            drained: Vec::new(),
-            polled: Vec::new(),
-            clock: crate::clock::TickConverter::new(),
-        };
-        let first = state.target_action(Duration::ZERO);
-        state.transition(first);
-        state.open_step_span();
+        let collector = Collector::new(&config, sinks, on_trace_ready);
+        let control = Control::new(&config);
         let shared = Arc::new(Shared {
-            state: Mutex::new(state),
-            wake: Condvar::new(),
+            control: Mutex::new(control),
+            finished: Condvar::new(),
+            sources: Mutex::new(Sources {
+                list: sources,
+                failed: vec![false; n_sources],
+            }),
+            collector: Mutex::new(collector),
+            recording_from: AtomicU64::new(u64::MAX),
+            recording_until: AtomicU64::new(0),
+            threaded: AtomicBool::new(false),
         });
+        {
+            let mut c = lock(&shared.control);
+            let first = c.target_action(Duration::ZERO);
+            c.transition(first, &shared);
+            c.open_step_span();
+        }
+        shared.enable_sources_if_wanted();
         let bg = shared.clone();
         let collector = std::thread::Builder::new()
             .name("kinetrace-collector".into())
-            .spawn(move || collector_loop(&bg, interval))
+            .spawn(move || collector::run(&bg, interval))
             .ok();
-        if collector.is_none() {
-            (lock(&shared).config.log)(
-                "could not start the collector thread; events are collected at each step only",
-            );
+        match &collector {
+            Some(handle) => {
+                recorder::set_collector(Some(handle.thread().clone()));
+                shared.threaded.store(true, Ordering::Release);
+                handle.thread().unpark();
+            }
+            None => {
+                lock(&shared.control).log(
+                    "could not start the collector thread; events are collected at each step only",
+                );
+                shared.run_inline();
+            }
         }
         Ok(Session {
             shared,
@@ -268,18 +233,22 @@ impl Session {
     }
 
     /// Marks a step boundary (a training iteration): closes `ProfilerStep#N`, advances the schedule and
-    /// opens `ProfilerStep#N+1`. Exports and fires `on_trace_ready` when a cycle ends here.
+    /// opens `ProfilerStep#N+1`. When a cycle ends here its trace is written by the collector, not
+    /// by this call.
     pub fn step(&self) {
-        let mut s = lock(&self.shared);
-        s.close_step_span();
-        s.step_num += 1;
-        s.record_steps = true;
-        if s.step_driven() {
-            let next = s.target_action(Duration::ZERO);
-            s.transition(next);
+        {
+            let mut s = lock(&self.shared.control);
+            s.close_step_span();
+            s.step_num += 1;
+            s.record_steps = true;
+            if s.step_driven() {
+                let next = s.target_action(Duration::ZERO);
+                s.transition(next, &self.shared);
+            }
+            s.settle_request();
+            s.open_step_span();
         }
-        s.settle_request();
-        s.open_step_span();
+        self.shared.after_control();
     }
 
     /// Asks a live session for a capture now (on-demand profiling). Refused while another capture
@@ -287,110 +256,127 @@ impl Session {
     /// [`step_aside`](Self::step_aside) and while stopping. A step capture records whole steps, each
     /// a `ProfilerStep#N` annotation; the trace goes to the request's sinks if it has some.
     pub fn request_capture(&self, request: CaptureRequest) -> Result<CapturePlan, CaptureRefused> {
-        let mut s = lock(&self.shared);
-        if s.shutdown {
-            return Err(CaptureRefused::Stopped);
-        }
-        if let Some(why) = &s.stepped_aside {
-            return Err(CaptureRefused::SteppedAside(why.clone()));
-        }
-        if let Some(r) = &s.request {
-            return Err(CaptureRefused::Busy(format!(
-                "a capture is already pending or in progress ({})",
-                describe_plan(&r.plan)
-            )));
-        }
-        if s.action != ProfilerAction::None || s.window.is_some() {
-            let what = match s.config.trigger {
-                Trigger::Always => "this session records the whole run".to_string(),
-                _ => format!("recording (step {}, {})", s.step_num, s.action.as_str()),
+        let plan = {
+            let mut s = lock(&self.shared.control);
+            if s.shutdown {
+                return Err(CaptureRefused::Stopped);
+            }
+            if let Some(why) = &s.stepped_aside {
+                return Err(CaptureRefused::SteppedAside(why.clone()));
+            }
+            if let Some(r) = &s.request {
+                return Err(CaptureRefused::Busy(format!(
+                    "a capture is already pending or in progress ({})",
+                    describe_plan(&r.plan)
+                )));
+            }
+            if s.action != ProfilerAction::None {
+                let what = match s.trigger {
+                    Trigger::Always => "this session records the whole run".to_string(),
+                    _ => format!("recording (step {}, {})", s.step_num, s.action.as_str()),
+                };
+                return Err(CaptureRefused::Busy(what));
+            }
+            let step = s.step_num;
+            let (kind, plan) = match request.length {
+                CaptureLength::Steps(0) => return Err(CaptureRefused::Invalid("0 steps".into())),
+                CaptureLength::Duration(d) if d.is_zero() => {
+                    return Err(CaptureRefused::Invalid("a zero duration".into()))
+                }
+                CaptureLength::Steps(n) => {
+                    let first = match request.start {
+                        CaptureStart::Now => step,
+                        CaptureStart::NextStep | CaptureStart::After(_) => step + 1,
+                        CaptureStart::AtStep(at) => at.max(step + 1),
+                    };
+                    let last = first.saturating_add(u64::from(n) - 1);
+                    let schedule = Schedule::step_range(first, last)
+                        .map_err(|e| CaptureRefused::Invalid(e.to_string()))?;
+                    (
+                        RequestKind::Steps(schedule),
+                        CapturePlan::Steps { first, last },
+                    )
+                }
+                CaptureLength::Duration(duration) => {
+                    let delay = match request.start {
+                        CaptureStart::After(d) => d,
+                        _ => Duration::ZERO,
+                    };
+                    let window = TimeWindow::new(delay, duration)
+                        .map_err(|e| CaptureRefused::Invalid(e.to_string()))?;
+                    (
+                        RequestKind::Time(window, Instant::now()),
+                        CapturePlan::Time { delay, duration },
+                    )
+                }
             };
-            return Err(CaptureRefused::Busy(what));
-        }
-        let step = s.step_num;
-        let (kind, plan) = match request.length {
-            CaptureLength::Steps(0) => return Err(CaptureRefused::Invalid("0 steps".into())),
-            CaptureLength::Duration(d) if d.is_zero() => {
-                return Err(CaptureRefused::Invalid("a zero duration".into()))
+            if matches!(kind, RequestKind::Steps(_)) {
+                s.record_steps = true;
             }
-            CaptureLength::Steps(n) => {
-                let first = match request.start {
-                    CaptureStart::Now => step,
-                    CaptureStart::NextStep | CaptureStart::After(_) => step + 1,
-                    CaptureStart::AtStep(at) => at.max(step + 1),
-                };
-                let last = first.saturating_add(u64::from(n) - 1);
-                let schedule = Schedule::step_range(first, last)
-                    .map_err(|e| CaptureRefused::Invalid(e.to_string()))?;
-                (
-                    RequestKind::Steps(schedule),
-                    CapturePlan::Steps { first, last },
-                )
+            s.request = Some(ActiveRequest {
+                kind,
+                plan,
+                sinks: request.sinks,
+                on_done: request.on_done,
+            });
+            s.push(Command::ForgetResult);
+            let next = s.target_action(s.started.elapsed());
+            if next != s.action {
+                s.close_step_span();
+                s.transition(next, &self.shared);
+                s.open_step_span();
             }
-            CaptureLength::Duration(duration) => {
-                let delay = match request.start {
-                    CaptureStart::After(d) => d,
-                    _ => Duration::ZERO,
-                };
-                let window = TimeWindow::new(delay, duration)
-                    .map_err(|e| CaptureRefused::Invalid(e.to_string()))?;
-                (
-                    RequestKind::Time(window, Instant::now()),
-                    CapturePlan::Time { delay, duration },
-                )
-            }
+            plan
         };
-        if matches!(kind, RequestKind::Steps(_)) {
-            s.record_steps = true;
-        }
-        s.request = Some(ActiveRequest {
-            kind,
-            plan,
-            sinks: request.sinks,
-            on_done: request.on_done,
-        });
-        s.last_result = None;
-        let next = s.target_action(s.started.elapsed());
-        if next != s.action {
-            s.close_step_span();
-            s.transition(next);
-            s.open_step_span();
-        }
-        drop(s);
-        self.shared.wake.notify_all();
+        self.shared.after_control();
         Ok(plan)
     }
 
     /// Adds a source to the live session (a GPU backend that became available after the session
-    /// started, e.g. when CUDA initialises). It is enabled at once if a capture is open.
+    /// started, e.g. when CUDA initialises). It is enabled at once if a window is open.
     pub fn add_source(&self, mut source: Box<dyn ActivitySource>) {
-        let mut s = lock(&self.shared);
+        let mut sources = lock(&self.shared.sources);
+        let (enable, activities, log) = {
+            let c = lock(&self.shared.control);
+            (
+                c.sources_enabled && c.stepped_aside.is_none(),
+                c.activities,
+                c.log.clone(),
+            )
+        };
         let mut failed = false;
-        if s.window.is_some() && s.stepped_aside.is_none() {
-            if let Err(e) = source.enable(s.config.activities) {
+        if enable {
+            if let Err(e) = source.enable(activities) {
                 failed = true;
-                s.log(&format!("{e}; recording continues without it"));
+                log(&format!("{e}; recording continues without it"));
             }
         }
-        s.sources.push(source);
-        s.source_failed.push(failed);
+        sources.list.push(source);
+        sources.failed.push(failed);
     }
 
     /// Steps aside for another profiler: a capture in progress ends now and is saved, a pending
-    /// one is cancelled, the sources are never enabled again and nothing more is recorded.
+    /// one is cancelled, the sources are never enabled again and nothing more is recorded. Unlike
+    /// a step, this waits (up to [`STEP_ASIDE_WAIT`]) until the collector has flushed the sources
+    /// and written the trace: the caller is about to hand the vendor library to someone else.
     pub fn step_aside(&self, reason: &str) {
-        let mut s = lock(&self.shared);
-        if s.stepped_aside.is_some() || s.shutdown {
-            return;
-        }
-        s.stepped_aside = Some(reason.to_string());
-        s.end_capture();
-        s.finish_request(&format!("cancelled: {reason}"));
+        let target = {
+            let mut s = lock(&self.shared.control);
+            if s.stepped_aside.is_some() || s.shutdown {
+                return;
+            }
+            s.stepped_aside = Some(reason.to_string());
+            s.end_capture(&self.shared);
+            s.finish_request(&format!("cancelled: {reason}"));
+            s.queued
+        };
+        self.shared.after_control();
+        self.shared.wait_applied(target, STEP_ASIDE_WAIT);
     }
 
     /// A snapshot for status reports.
     pub fn status(&self) -> SessionStatus {
-        let s = lock(&self.shared);
+        let s = lock(&self.shared.control);
         SessionStatus {
             step_num: s.step_num,
             action: s.action,
@@ -401,36 +387,42 @@ impl Session {
     }
 
     /// Ends the session without joining its collector thread, for use at process exit: a capture in
-    /// progress is saved (one in warm-up discarded), nothing is recorded afterwards. Returns every
-    /// trace written. Dropping the session afterwards is still allowed.
+    /// progress is saved (one in warm-up discarded), nothing is recorded afterwards. Waits until the
+    /// collector has written what was queued and returns every trace written. Dropping the session
+    /// afterwards is still allowed.
     pub fn close(&self) -> Vec<TraceOutput> {
-        {
-            let mut s = lock(&self.shared);
-            s.close();
+        self.shared.close();
+        let mut c = lock(&self.shared.control);
+        while !c.collector_done {
+            c = self
+                .shared
+                .finished
+                .wait(c)
+                .unwrap_or_else(|e| e.into_inner());
         }
-        self.shared.wake.notify_all();
-        lock(&self.shared).outputs.clone()
+        c.outputs.clone()
     }
 
     /// The current step number (0 before the first [`step`](Self::step)).
     pub fn step_num(&self) -> u64 {
-        lock(&self.shared).step_num
+        lock(&self.shared.control).step_num
     }
 
     /// The schedule's current action.
     pub fn action(&self) -> ProfilerAction {
-        lock(&self.shared).action
+        lock(&self.shared.control).action
     }
 
-    /// Traces written so far.
+    /// Traces written so far (a window that just ended may still be being written).
     pub fn outputs(&self) -> Vec<TraceOutput> {
-        lock(&self.shared).outputs.clone()
+        lock(&self.shared.control).outputs.clone()
     }
 
-    /// Stops: a cycle in RECORD is saved, one in WARMUP is discarded. Returns every trace written.
+    /// Stops: a cycle in RECORD is saved, one in WARMUP is discarded. Waits for every queued trace
+    /// and returns every trace written.
     pub fn stop(mut self) -> Vec<TraceOutput> {
         self.shutdown();
-        let outputs = std::mem::take(&mut lock(&self.shared).outputs);
+        let outputs = std::mem::take(&mut lock(&self.shared.control).outputs);
         outputs
     }
 
@@ -438,11 +430,11 @@ impl Session {
         if self.released {
             return;
         }
-        lock(&self.shared).close();
-        self.shared.wake.notify_all();
+        self.shared.close();
         if let Some(h) = self.collector.take() {
             let _ = h.join();
         }
+        recorder::set_collector(None);
         self.released = true;
         SESSION_LIVE.store(false, Ordering::Release);
     }
@@ -454,32 +446,116 @@ impl Drop for Session {
     }
 }
 
-fn lock(shared: &Shared) -> MutexGuard<'_, State> {
-    shared.state.lock().unwrap_or_else(|e| e.into_inner())
-}
+/// The longest [`Session::step_aside`] waits for the collector.
+pub const STEP_ASIDE_WAIT: Duration = Duration::from_secs(5);
 
-fn collector_loop(shared: &Shared, interval: Duration) {
-    let mut s = lock(shared);
-    loop {
-        if s.shutdown {
+impl Shared {
+    /// Waits until the collector has applied the first `target` commands, or `limit` passed.
+    fn wait_applied(&self, target: u64, limit: Duration) {
+        let end = Instant::now() + limit;
+        let mut c = lock(&self.control);
+        while c.applied < target && !c.collector_done {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            c = self
+                .finished
+                .wait_timeout(c, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+    }
+
+    /// What every control-side call does after releasing the control lock: enable the sources if a
+    /// window opened while they were off, then let the collector (or, without one, this thread) do
+    /// the queued work.
+    fn after_control(&self) {
+        self.enable_sources_if_wanted();
+        self.wake_collector();
+    }
+
+    fn wake_collector(&self) {
+        if self.threaded.load(Ordering::Acquire) {
+            recorder::wake_collector();
+        } else {
+            self.run_inline();
+        }
+    }
+
+    /// Without a collector thread: does its work now, on the caller's thread.
+    fn run_inline(&self) {
+        let mut c = lock(&self.collector);
+        c.iteration(self);
+    }
+
+    /// Queues the end of the session (saving a capture in progress) and wakes the collector.
+    fn close(&self) {
+        {
+            let mut c = lock(&self.control);
+            c.close(self);
+        }
+        self.wake_collector();
+    }
+
+    /// Enables the sources for a window that wants them: if they are off, now (waiting for the
+    /// collector if it holds them, which it does not while they are off); if they are still on
+    /// from an earlier window, enables them again for this one (a source retries what failed, such
+    /// as a subscriber another client held) unless the collector is busy with them right now.
+    /// Called without the control lock (lock order: sources, then control).
+    fn enable_sources_if_wanted(&self) {
+        let needed = |c: &Control| {
+            c.sources_wanted
+                && c.stepped_aside.is_none()
+                && (!c.sources_enabled || c.enabled_epoch != c.sources_epoch)
+        };
+        let (must_wait, epoch) = {
+            let c = lock(&self.control);
+            if !needed(&c) {
+                return;
+            }
+            (!c.sources_enabled, c.sources_epoch)
+        };
+        let mut sources = if must_wait {
+            lock(&self.sources)
+        } else {
+            match self.sources.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    // Still on from the last window; refreshing them is not worth a wait.
+                    lock(&self.control).enabled_epoch = epoch;
+                    return;
+                }
+            }
+        };
+        let c = lock(&self.control);
+        if !needed(&c) {
             return;
         }
-        if s.time_driven() {
-            let next = s.target_action(s.started.elapsed());
-            if next != s.action {
-                s.close_step_span();
-                s.transition(next);
-                s.open_step_span();
+        let (activities, log, epoch) = (c.activities, c.log.clone(), c.sources_epoch);
+        // Enabling makes vendor calls (milliseconds at most); the control lock is not needed for it.
+        drop(c);
+        let Sources { list, failed } = &mut *sources;
+        let mut messages = Vec::new();
+        for (src, failed) in list.iter_mut().zip(failed.iter_mut()) {
+            match src.enable(activities) {
+                Ok(()) => *failed = false,
+                Err(e) => {
+                    *failed = true;
+                    messages.push(format!("{e}; recording continues without it"));
+                }
             }
-            s.settle_request();
         }
-        s.collect(false);
-        s = shared
-            .wake
-            .wait_timeout(s, interval)
-            .map(|(g, _)| g)
-            .unwrap_or_else(|e| e.into_inner().0);
+        messages.iter().for_each(|m| log(m));
+        let mut c = lock(&self.control);
+        c.sources_enabled = true;
+        c.enabled_epoch = epoch;
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// This machine's host name (from `/proc` or `HOSTNAME`, else `"localhost"`).

@@ -2,6 +2,8 @@
 
 use super::*;
 use crate::activity::{Activity, Detail};
+use crate::recorder::CpuRecord;
+use crate::source::Sink;
 use crate::source::TraceMeta;
 use std::sync::mpsc;
 
@@ -106,7 +108,9 @@ fn on_demand_step_capture_records_exactly_the_requested_steps() {
         assert!(done.try_recv().is_err(), "done too early");
     }
     session.step(); // leaves step 8
-    let result = done.try_recv().expect("told when the capture ended");
+    let result = done
+        .recv_timeout(Duration::from_secs(30))
+        .expect("told when the capture ended");
     assert_eq!(result.unwrap().events, 3);
     assert_eq!(*out.lock().unwrap(), vec![steps(&[6, 7, 8])]);
     // Idle again: a new request is accepted.
@@ -219,7 +223,7 @@ fn stepping_aside_saves_the_partial_capture_and_refuses_more() {
     session.step();
     session.step_aside("torch.profiler took over CUPTI");
     assert!(
-        done.try_recv().unwrap().is_ok(),
+        done.recv_timeout(Duration::from_secs(30)).unwrap().is_ok(),
         "the partial capture is saved"
     );
     assert_eq!(*out.lock().unwrap(), vec![steps(&[0, 1])]);

@@ -1,0 +1,689 @@
+//! The collector side: a thread that owns the sinks, the pairing tables and the clock converter,
+//! drains the rings, polls the sources, applies the control side's [`Command`]s in order and
+//! finishes windows (flush, trace, `on_trace_ready`), so that none of that happens on a training
+//! thread.
+//!
+//! Records are assigned to windows by time. A window keeps host records (spans, API calls) that start
+//! in `[start, stop)` and device records (kernels, copies) that start at or after `start`, since work
+//! launched in the window may run past its end; when the next window starts at that same moment,
+//! device records after the boundary go to it instead.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::control::Command;
+use super::{lock, SessionConfig, Shared, TraceReadyCallback};
+use crate::activity::{Activity, ActivitySet, CpuSpan, Detail};
+use crate::clock::{TickConverter, Ticks, UnixNanos};
+use crate::recorder::{self, CpuRecord};
+use crate::source::{Sink, SinkFactory, TraceMeta, TraceOutput};
+
+/// Records held between a window's end and the start of the next one, or drained before their
+/// window's start was applied, at most (beyond it they are counted as dropped).
+const MAX_HELD: usize = 1 << 20;
+
+/// The collector thread: works, then sleeps until woken (a command, a ring past its fill mark) or
+/// until `interval` has passed.
+pub(super) fn run(shared: &Shared, interval: Duration) {
+    loop {
+        if lock(&shared.collector).iteration(shared) {
+            return;
+        }
+        std::thread::park_timeout(interval);
+    }
+}
+
+struct Window {
+    sink: Option<Box<dyn Sink>>,
+    cycle: u32,
+    start: UnixNanos,
+    stop: Option<UnixNanos>,
+    recording: bool,
+    events: u64,
+    write_error: Option<String>,
+    /// Records lost on the way into the rings: the count at the start, then (once stopped) the
+    /// window's own.
+    ring_drops: u64,
+    source_drops_at_start: Vec<u64>,
+    /// The highest correlation id of an API call delivered to this window.
+    last_launch: Option<u64>,
+    /// The names of the recording threads whose records this window holds (for `thread_name`
+    /// rows), and the last one looked up (records come thread by thread).
+    threads: HashMap<u32, Option<String>>,
+    last_tid: Option<u32>,
+}
+
+pub(super) struct Collector {
+    activities: ActivitySet,
+    rank: Option<u32>,
+    world_size: Option<u32>,
+    metadata: Vec<(String, String)>,
+    log: super::LogFn,
+    sinks: Box<dyn SinkFactory>,
+    on_trace_ready: Option<TraceReadyCallback>,
+    /// The open window (warming up or recording).
+    window: Option<Window>,
+    /// A window that has stopped and waits for its trace to be written (or discarded).
+    stopped: Option<Window>,
+    /// Records after a stopped window's end, for a window that starts right there.
+    carry: Vec<Activity>,
+    /// Records drained during warm-up that belong to a recording whose start is queued but not yet
+    /// applied.
+    early: Vec<Activity>,
+    /// Records refused because `carry`/`early` were full.
+    held_dropped: u64,
+    open_begins: HashMap<(u32, u64), (u32, CpuRecord)>,
+    /// The names of threads that have recorded into a ring, by tid (pruned when large).
+    ring_names: HashMap<u32, Option<String>>,
+    /// Ring records drained this iteration, not yet converted (reused: no allocation per event).
+    drained: Vec<(u32, CpuRecord)>,
+    /// Converted records waiting to be routed to a window.
+    pending: Vec<Activity>,
+    /// Reused buffer for records polled from sources.
+    polled: Vec<Activity>,
+    clock: TickConverter,
+    /// The outcome of the last trace (or of a sink that could not open), for on-demand requesters.
+    last_result: Option<Result<TraceOutput, String>>,
+    done: bool,
+}
+
+impl Collector {
+    pub fn new(
+        config: &SessionConfig,
+        sinks: Box<dyn SinkFactory>,
+        on_trace_ready: Option<TraceReadyCallback>,
+    ) -> Collector {
+        Collector {
+            activities: config.activities,
+            rank: config.rank,
+            world_size: config.world_size,
+            metadata: config.metadata.clone(),
+            log: config.log.clone(),
+            sinks,
+            on_trace_ready,
+            window: None,
+            stopped: None,
+            carry: Vec::new(),
+            early: Vec::new(),
+            held_dropped: 0,
+            open_begins: HashMap::new(),
+            ring_names: HashMap::new(),
+            drained: Vec::new(),
+            pending: Vec::new(),
+            polled: Vec::new(),
+            clock: TickConverter::new(),
+            last_result: None,
+            done: false,
+        }
+    }
+
+    fn log(&self, message: &str) {
+        (self.log)(message)
+    }
+
+    /// One round of work. Returns `true` once the session has ended (nothing more will come).
+    pub fn iteration(&mut self, shared: &Shared) -> bool {
+        if self.done {
+            return true;
+        }
+        recorder::collector_woke();
+        let mut cmds = {
+            let mut c = lock(&shared.control);
+            if c.time_driven() && !c.shutdown {
+                let next = c.target_action(c.started.elapsed());
+                if next != c.action {
+                    c.close_step_span();
+                    c.transition(next, shared);
+                    c.open_step_span();
+                }
+                c.settle_request();
+            }
+            std::mem::take(&mut c.queue)
+        };
+        // A time window that just opened needs its sources (the control side of a step does this
+        // itself; here the collector is that control side).
+        shared.enable_sources_if_wanted();
+        self.drain_rings();
+        let applied = cmds.len() as u64;
+        for cmd in cmds.drain(..) {
+            self.apply(cmd, shared);
+        }
+        self.route_pending(shared);
+        if self.window.as_ref().is_some_and(|w| w.recording) {
+            self.poll_sources(shared);
+        }
+        if applied > 0 || self.done {
+            let mut c = lock(&shared.control);
+            c.applied += applied;
+            c.collector_done |= self.done;
+            drop(c);
+            shared.finished.notify_all();
+        }
+        self.done
+    }
+
+    fn apply(&mut self, cmd: Command, shared: &Shared) {
+        match cmd {
+            Command::Prepare { at } => {
+                let at = self.clock.to_unix(at);
+                self.route_pending_before(at, shared);
+                if self.window.is_none() {
+                    self.window = Some(self.new_window(at, shared));
+                }
+            }
+            Command::Start {
+                at,
+                cycle,
+                sinks,
+                lost,
+            } => {
+                let at = self.clock.to_unix(at);
+                self.start(at, cycle, sinks, lost, shared)
+            }
+            Command::Stop { at, lost } => {
+                let at = self.clock.to_unix(at);
+                if let Some(w) = self.window.as_mut() {
+                    w.ring_drops = lost.saturating_sub(w.ring_drops);
+                }
+                self.stop(at, shared)
+            }
+            Command::TraceReady => self.trace_ready(shared),
+            Command::Settle { idle, epoch } => self.settle(idle, epoch, shared),
+            Command::Notify { done, fallback } => {
+                let result = self.last_result.take().unwrap_or(Err(fallback));
+                let told = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| done(result)));
+                if told.is_err() {
+                    self.log("a capture's completion callback panicked; continuing");
+                }
+            }
+            Command::ForgetResult => self.last_result = None,
+            Command::Shutdown => {
+                self.route_pending(shared);
+                self.done = true;
+            }
+        }
+    }
+
+    fn new_window(&self, at: UnixNanos, shared: &Shared) -> Window {
+        Window {
+            sink: None,
+            cycle: 0,
+            start: at,
+            stop: None,
+            recording: false,
+            events: 0,
+            write_error: None,
+            ring_drops: recorder::lost_records(),
+            source_drops_at_start: source_drops(shared),
+            last_launch: None,
+            threads: HashMap::new(),
+            last_tid: None,
+        }
+    }
+
+    fn start(
+        &mut self,
+        at: UnixNanos,
+        cycle: u32,
+        sinks: Option<Box<dyn SinkFactory>>,
+        lost: u64,
+        shared: &Shared,
+    ) {
+        // Warm-up records end here; the ones that start later wait for the recording.
+        self.route_pending_before(at, shared);
+        let mut window = match self.window.take() {
+            Some(w) => w,
+            None => self.new_window(at, shared),
+        };
+        let opened = match sinks {
+            Some(mut sinks) => sinks.open(cycle),
+            None => self.sinks.open(cycle),
+        };
+        window.sink = match opened {
+            Ok(s) => Some(s),
+            Err(e) => {
+                self.log(&format!(
+                    "cannot open the trace output for cycle {cycle}: {e}; this cycle is not recorded"
+                ));
+                self.last_result = Some(Err(format!("cannot open the trace output: {e}")));
+                None
+            }
+        };
+        window.recording = true;
+        window.start = at;
+        window.cycle = cycle;
+        window.ring_drops = lost;
+        window.source_drops_at_start = source_drops(shared);
+        self.window = Some(window);
+        let held: Vec<Activity> = self.carry.drain(..).chain(self.early.drain(..)).collect();
+        for a in held {
+            if a.start >= at {
+                self.route(a, shared);
+            }
+        }
+    }
+
+    fn stop(&mut self, at: UnixNanos, shared: &Shared) {
+        self.route_pending_before(at, shared);
+        let Some(w) = self.window.as_mut() else {
+            return;
+        };
+        // The end is fixed first, then everything the sources completed up to now is routed.
+        w.stop = Some(at);
+        self.flush_sources(shared);
+        let Some(mut w) = self.window.take() else {
+            return;
+        };
+        // Device work launched in this window (by an API call it holds: correlation ids only grow)
+        // and running past its end is part of it. Everything else after the end waits for a
+        // window that starts later (or goes once the session is idle).
+        let mut carry = std::mem::take(&mut self.carry);
+        carry.retain(|a| {
+            let launched_inside = a
+                .correlation
+                .is_some_and(|c| w.last_launch.is_some_and(|last| c <= last));
+            if !a.activity_type().on_host() && launched_inside {
+                deliver(&mut w, self.activities, &self.ring_names, a);
+                return false;
+            }
+            true
+        });
+        self.carry = carry;
+        if w.recording {
+            self.stopped = Some(w);
+        } else if let Some(s) = w.sink {
+            s.discard();
+        }
+    }
+
+    fn settle(&mut self, idle: bool, epoch: u64, shared: &Shared) {
+        if let Some(w) = self.stopped.take() {
+            if let Some(s) = w.sink {
+                s.discard();
+            }
+        }
+        if !idle {
+            return;
+        }
+        if let Some(w) = self.window.take() {
+            // A warm-up that ended without recording.
+            if let Some(s) = w.sink {
+                s.discard();
+            }
+        }
+        self.disable_sources(epoch, shared);
+    }
+
+    /// Flushes and disables the sources unless a window has wanted them since `epoch`.
+    fn disable_sources(&mut self, epoch: u64, shared: &Shared) {
+        let mut sources = lock(&shared.sources);
+        {
+            let c = lock(&shared.control);
+            if c.sources_wanted || c.sources_epoch != epoch {
+                return;
+            }
+            // Truly idle: no window is pending, so nothing held can belong to one.
+            self.early.clear();
+            self.carry.clear();
+            if !c.sources_enabled {
+                return;
+            }
+        }
+        let super::Sources { list, failed } = &mut *sources;
+        for (src, failed) in list.iter_mut().zip(failed.iter()) {
+            if !*failed {
+                // What comes out now belongs to no window.
+                src.flush(&mut |_| {});
+                src.disable();
+            }
+        }
+        lock(&shared.control).sources_enabled = false;
+    }
+
+    fn flush_sources(&mut self, shared: &Shared) {
+        let mut polled = std::mem::take(&mut self.polled);
+        polled.clear();
+        {
+            let mut sources = lock(&shared.sources);
+            let super::Sources { list, failed } = &mut *sources;
+            for (src, failed) in list.iter_mut().zip(failed.iter()) {
+                if !*failed {
+                    src.flush(&mut |a| polled.push(*a));
+                }
+            }
+        }
+        for a in polled.drain(..) {
+            self.route(a, shared);
+        }
+        self.polled = polled;
+    }
+
+    fn poll_sources(&mut self, shared: &Shared) {
+        let mut polled = std::mem::take(&mut self.polled);
+        polled.clear();
+        {
+            let mut sources = lock(&shared.sources);
+            let super::Sources { list, failed } = &mut *sources;
+            for (src, failed) in list.iter_mut().zip(failed.iter()) {
+                if !*failed {
+                    src.poll(&mut |a| polled.push(*a));
+                }
+            }
+        }
+        for a in polled.drain(..) {
+            self.route(a, shared);
+        }
+        self.polled = polled;
+    }
+
+    fn trace_ready(&mut self, shared: &Shared) {
+        let Some(w) = self.stopped.take() else {
+            return;
+        };
+        let cycle = w.cycle;
+        let Some(sink) = w.sink else {
+            return;
+        };
+        if let Some(e) = &w.write_error {
+            self.log(&format!("trace for cycle {cycle} not written: {e}"));
+            self.last_result = Some(Err(format!("trace not written: {e}")));
+            sink.discard();
+            return;
+        }
+        let mut dropped = vec![("cpu_ring".to_string(), w.ring_drops)];
+        let (mut metadata, devices) = {
+            let sources = lock(&shared.sources);
+            let mut metadata = Vec::new();
+            for (i, src) in sources.list.iter().enumerate() {
+                let before = w.source_drops_at_start.get(i).copied().unwrap_or(0);
+                dropped.push((src.name().to_string(), src.dropped().saturating_sub(before)));
+                metadata.extend(src.metadata());
+            }
+            let devices = sources
+                .list
+                .iter()
+                .flat_map(|s| s.device_properties())
+                .collect();
+            (metadata, devices)
+        };
+        if self.held_dropped > 0 {
+            dropped.push((
+                "collector".to_string(),
+                std::mem::take(&mut self.held_dropped),
+            ));
+        }
+        let lost: u64 = dropped.iter().map(|(_, n)| n).sum();
+        if lost > 0 {
+            let detail: Vec<String> = dropped
+                .iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(k, n)| format!("{n} from {k}"))
+                .collect();
+            self.log(&format!(
+                "cycle {cycle}: {lost} events dropped ({}); the trace is incomplete (raise ring_capacity / buffer sizes)",
+                detail.join(", ")
+            ));
+        }
+        metadata.extend(self.metadata.iter().cloned());
+        let mut thread_names: Vec<(u32, String)> = w
+            .threads
+            .iter()
+            .map(|(tid, name)| (*tid, name.clone().unwrap_or_default()))
+            .collect();
+        thread_names.sort();
+        let meta = TraceMeta {
+            trace_id: trace_id(w.start, cycle),
+            host_name: super::host_name(),
+            pid: std::process::id(),
+            process_name: super::process_name(),
+            rank: self.rank,
+            world_size: self.world_size,
+            devices,
+            metadata,
+            dropped,
+            thread_names,
+            window_start: w.start,
+            window_end: w.stop.unwrap_or_else(UnixNanos::now),
+            cycle,
+        };
+        match sink.finish(&meta) {
+            Ok(out) => {
+                if let Some(cb) = self.on_trace_ready.as_mut() {
+                    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(&out)));
+                    if res.is_err() {
+                        self.log("the on_trace_ready callback panicked; continuing");
+                    }
+                }
+                self.last_result = Some(Ok(out.clone()));
+                lock(&shared.control).outputs.push(out);
+            }
+            Err(e) => {
+                self.log(&format!("trace for cycle {cycle} not written: {e}"));
+                self.last_result = Some(Err(format!("trace not written: {e}")));
+            }
+        }
+    }
+
+    /// Drains every ring and converts what came out into `pending`.
+    fn drain_rings(&mut self) {
+        // Both buffers are kept and reused, so draining allocates nothing per event.
+        let mut batch = std::mem::take(&mut self.drained);
+        batch.clear();
+        {
+            if self.ring_names.len() > 4096 {
+                self.ring_names.clear();
+            }
+            let names = &mut self.ring_names;
+            let mut reg = recorder::registry();
+            reg.retain_mut(|r| {
+                let tid = r.tid;
+                let (n, finished) = r.reader.drain_final(|rec| batch.push((tid, rec)));
+                if n > 0 {
+                    names.entry(tid).or_insert_with(|| r.thread_name.clone());
+                }
+                !finished
+            });
+        }
+        // After the drain: every record in `batch` is older than this point, so its conversion
+        // interpolates between points and never extrapolates.
+        self.clock.calibrate();
+        let pid = std::process::id();
+        for &(tid, rec) in &batch {
+            let activity = match rec {
+                CpuRecord::Complete(a) => Some(a),
+                CpuRecord::Span {
+                    name,
+                    annotation,
+                    start,
+                    end,
+                    id,
+                } => Some(span_activity(
+                    name,
+                    annotation,
+                    self.clock.to_unix(start),
+                    self.clock.to_unix(end),
+                    id,
+                    pid,
+                    tid,
+                )),
+                CpuRecord::Begin { id, .. } => {
+                    self.open_begins.insert((tid, id), (pid, rec));
+                    None
+                }
+                CpuRecord::End { end, id } => match self.open_begins.remove(&(tid, id)) {
+                    Some((
+                        pid,
+                        CpuRecord::Begin {
+                            name,
+                            annotation,
+                            start,
+                            id,
+                        },
+                    )) => Some(span_activity(
+                        name,
+                        annotation,
+                        self.clock.to_unix(start),
+                        self.clock.to_unix(end),
+                        id,
+                        pid,
+                        tid,
+                    )),
+                    _ => None,
+                },
+            };
+            if let Some(a) = activity {
+                self.pending.push(a);
+            }
+        }
+        self.drained = batch;
+        // Bound the pairing table: begins whose end never came (a span left open forever).
+        if self.open_begins.len() > 65_536 {
+            self.open_begins.clear();
+        }
+    }
+
+    /// Routes every pending (drained, host) record.
+    fn route_pending(&mut self, shared: &Shared) {
+        let mut pending = std::mem::take(&mut self.pending);
+        for a in pending.drain(..) {
+            self.route(a, shared);
+        }
+        self.pending = pending;
+    }
+
+    /// Routes the pending records that start before `at`, the moment a command changes the
+    /// windows; later ones wait for the windows from `at` on (one batch of commands may open and
+    /// close several).
+    fn route_pending_before(&mut self, at: UnixNanos, shared: &Shared) {
+        let mut pending = std::mem::take(&mut self.pending);
+        let mut i = 0;
+        while i < pending.len() {
+            if pending[i].start < at {
+                let a = pending.swap_remove(i);
+                self.route(a, shared);
+            } else {
+                i += 1;
+            }
+        }
+        self.pending = pending;
+    }
+
+    /// Puts one record where its time stamp says it belongs (see the module docs).
+    fn route(&mut self, a: Activity, shared: &Shared) {
+        let Some(w) = self.window.as_mut() else {
+            return;
+        };
+        if !w.recording {
+            // Warm-up: only a recording whose start is queued but not applied yet wants it.
+            let from = shared.recording_from.load(Ordering::Acquire);
+            if from != u64::MAX && a.start >= self.clock.to_unix(Ticks(from)) {
+                hold(&mut self.early, &mut self.held_dropped, a);
+            }
+            return;
+        }
+        if a.start < w.start {
+            return;
+        }
+        // The end the collector has applied, else one the control side has set since this window
+        // started (an older window's end does not count).
+        let until = w.stop.unwrap_or_else(|| {
+            let until = self
+                .clock
+                .to_unix(Ticks(shared.recording_until.load(Ordering::Acquire)));
+            if until >= w.start {
+                until
+            } else {
+                UnixNanos(u64::MAX)
+            }
+        });
+        if a.start >= until {
+            hold(&mut self.carry, &mut self.held_dropped, a);
+            return;
+        }
+        deliver(w, self.activities, &self.ring_names, &a);
+    }
+}
+
+fn hold(v: &mut Vec<Activity>, dropped: &mut u64, a: Activity) {
+    if v.len() < MAX_HELD {
+        v.push(a);
+    } else {
+        *dropped += 1;
+    }
+}
+
+/// Hands one record to the window's sink if its type is wanted.
+fn deliver(
+    w: &mut Window,
+    activities: ActivitySet,
+    ring_names: &HashMap<u32, Option<String>>,
+    a: &Activity,
+) {
+    if !activities.contains(a.activity_type()) || w.write_error.is_some() {
+        return;
+    }
+    if let Some(tid) = a.thread().filter(|t| w.last_tid != Some(*t)) {
+        w.last_tid = Some(tid);
+        if let Some(name) = ring_names.get(&tid) {
+            // Once per thread and window: the name for its `thread_name` row.
+            w.threads.entry(tid).or_insert_with(|| name.clone());
+        }
+    }
+    let Some(sink) = w.sink.as_mut() else {
+        return;
+    };
+    match sink.record(a) {
+        Ok(()) => w.events += 1,
+        Err(e) => w.write_error = Some(e.to_string()),
+    }
+    if matches!(a.detail, Detail::Runtime(_) | Detail::Driver(_)) {
+        w.last_launch = w.last_launch.max(a.correlation);
+    }
+}
+
+fn source_drops(shared: &Shared) -> Vec<u64> {
+    lock(&shared.sources)
+        .list
+        .iter()
+        .map(|s| s.dropped())
+        .collect()
+}
+
+fn span_activity(
+    name: crate::intern::NameId,
+    annotation: bool,
+    start: UnixNanos,
+    end: UnixNanos,
+    id: u64,
+    pid: u32,
+    tid: u32,
+) -> Activity {
+    let span = CpuSpan { name, pid, tid };
+    Activity {
+        start,
+        end,
+        correlation: None,
+        external_id: Some(id),
+        detail: if annotation {
+            Detail::UserAnnotation(span)
+        } else {
+            Detail::CpuOp(span)
+        },
+    }
+}
+
+fn trace_id(start: UnixNanos, cycle: u32) -> String {
+    // Unique enough across processes and cycles: time, pid and cycle mixed through SplitMix64.
+    let mut x = start.0 ^ ((std::process::id() as u64) << 32) ^ cycle as u64;
+    let mut out = String::with_capacity(32);
+    for _ in 0..2 {
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        out.push_str(&format!("{z:016X}"));
+    }
+    out
+}

@@ -1,0 +1,324 @@
+//! The control side: the schedule's state, the on-demand request and the step span, held for
+//! microseconds by `step()` and friends. Transitions become [`Command`]s for the collector, stamped
+//! with the time they happened.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{
+    CaptureDone, CapturePlan, LogFn, SessionConfig, Shared, SinkFactory, TraceOutput, Trigger,
+};
+use crate::activity::ActivitySet;
+use crate::clock::Ticks;
+use crate::intern::intern;
+use crate::recorder::{self, CpuRecord};
+use crate::schedule::TimeWindow;
+use crate::schedule::{commands, commands_on_exit, ProfilerAction, Schedule, SessionCommand};
+
+/// Work for the collector, in the order it must happen.
+pub(super) enum Command {
+    /// A window opens (warm-up): records before `at` are not part of it. Times are on the recording
+    /// clock, so the collector converts them exactly as it converts the records they bound.
+    Prepare { at: Ticks },
+    /// Keep records from `at` on, in a trace of cycle `cycle` written by `sinks` (the request's) or
+    /// the session's own.
+    Start {
+        at: Ticks,
+        cycle: u32,
+        sinks: Option<Box<dyn SinkFactory>>,
+        /// [`recorder::lost_records`] at `at`.
+        lost: u64,
+    },
+    /// The window ends at `at`: host records after it are not part of it.
+    Stop {
+        at: Ticks,
+        /// [`recorder::lost_records`] at `at`.
+        lost: u64,
+    },
+    /// Write the stopped window's trace.
+    TraceReady,
+    /// After every transition: a stopped window not made ready is discarded; when `idle`, an open
+    /// warm-up is discarded and the sources are flushed and disabled, unless a window has wanted
+    /// them since (`epoch` is [`Control::sources_epoch`] when this was queued).
+    Settle { idle: bool, epoch: u64 },
+    /// Tell an on-demand requester the outcome: the last trace written since the request, or
+    /// `fallback`.
+    Notify { done: CaptureDone, fallback: String },
+    /// A new request begins: forget the outcome of earlier windows.
+    ForgetResult,
+    /// The session ends after everything queued before this.
+    Shutdown,
+}
+
+pub(super) enum RequestKind {
+    Steps(Schedule),
+    Time(TimeWindow, Instant),
+}
+
+pub(super) struct ActiveRequest {
+    pub kind: RequestKind,
+    pub plan: CapturePlan,
+    pub sinks: Option<Box<dyn SinkFactory>>,
+    pub on_done: Option<CaptureDone>,
+}
+
+pub(super) struct StepSpan {
+    id: u64,
+    previous_external_id: u64,
+    start: Ticks,
+    step: u64,
+}
+
+pub(super) struct Control {
+    pub trigger: Trigger,
+    pub activities: ActivitySet,
+    pub log: LogFn,
+    pub action: ProfilerAction,
+    pub step_num: u64,
+    /// The cycle the next trace belongs to.
+    pub cycle: u32,
+    /// Whether steps get `ProfilerStep#N` annotations: from the start with a schedule (as torch does
+    /// when given one), otherwise from the first `step()` call on.
+    pub record_steps: bool,
+    pub step_span: Option<StepSpan>,
+    pub started: Instant,
+    pub shutdown: bool,
+    /// The on-demand capture pending or in progress.
+    pub request: Option<ActiveRequest>,
+    /// Set by `step_aside`: nothing is recorded any more.
+    pub stepped_aside: Option<String>,
+    /// Traces written (the collector appends).
+    pub outputs: Vec<TraceOutput>,
+    /// Work for the collector, and how many commands were ever queued and applied (so a caller
+    /// can wait until what it queued is done).
+    pub queue: VecDeque<Command>,
+    pub queued: u64,
+    pub applied: u64,
+    /// Whether a window needs the sources now, and whether they are enabled.
+    pub sources_wanted: bool,
+    /// Counts the windows that wanted the sources: a queued disable is stale once it has moved on.
+    pub sources_epoch: u64,
+    /// The epoch whose window the sources were last enabled for.
+    pub enabled_epoch: u64,
+    pub sources_enabled: bool,
+    /// The collector has processed the shutdown.
+    pub collector_done: bool,
+}
+
+impl Control {
+    pub fn new(config: &SessionConfig) -> Control {
+        Control {
+            trigger: config.trigger,
+            activities: config.activities,
+            log: config.log.clone(),
+            action: ProfilerAction::None,
+            step_num: config.first_step,
+            cycle: 0,
+            record_steps: matches!(config.trigger, Trigger::Schedule(_)),
+            step_span: None,
+            started: Instant::now(),
+            shutdown: false,
+            request: None,
+            stepped_aside: None,
+            outputs: Vec::new(),
+            queue: VecDeque::new(),
+            queued: 0,
+            applied: 0,
+            sources_wanted: false,
+            sources_epoch: 0,
+            enabled_epoch: 0,
+            sources_enabled: false,
+            collector_done: false,
+        }
+    }
+
+    pub fn log(&self, message: &str) {
+        (self.log)(message)
+    }
+
+    /// Queues work for the collector.
+    pub fn push(&mut self, cmd: Command) {
+        self.queue.push_back(cmd);
+        self.queued += 1;
+    }
+
+    pub fn target_action(&self, elapsed: Duration) -> ProfilerAction {
+        if self.stepped_aside.is_some() {
+            return ProfilerAction::None;
+        }
+        match &self.request {
+            Some(ActiveRequest {
+                kind: RequestKind::Steps(s),
+                ..
+            }) => return s.action(self.step_num),
+            Some(ActiveRequest {
+                kind: RequestKind::Time(w, t0),
+                ..
+            }) => return w.action_at(t0.elapsed()),
+            None => {}
+        }
+        match self.trigger {
+            Trigger::Always => ProfilerAction::Record,
+            Trigger::Schedule(s) => s.action(self.step_num),
+            Trigger::TimeWindow(w) => w.action_at(elapsed),
+            Trigger::OnDemand => ProfilerAction::None,
+        }
+    }
+
+    /// Whether `step()` moves the action: a step request, or a schedule when no request is active.
+    pub fn step_driven(&self) -> bool {
+        match &self.request {
+            Some(r) => matches!(r.kind, RequestKind::Steps(_)),
+            None => matches!(self.trigger, Trigger::Schedule(_)),
+        }
+    }
+
+    /// Whether the collector moves the action as time passes.
+    pub fn time_driven(&self) -> bool {
+        match &self.request {
+            Some(r) => matches!(r.kind, RequestKind::Time(..)),
+            None => matches!(self.trigger, Trigger::TimeWindow(_)),
+        }
+    }
+
+    /// Moves to `next`, queueing what the schedule's commands ask for.
+    pub fn transition(&mut self, next: ProfilerAction, shared: &Shared) {
+        let prev = self.action;
+        self.action = next;
+        if prev != next || matches!(prev, ProfilerAction::RecordAndSave) {
+            self.run(commands(prev, next), shared);
+        }
+        self.settle(shared);
+    }
+
+    fn run(&mut self, cmds: &[SessionCommand], shared: &Shared) {
+        for cmd in cmds {
+            match cmd {
+                SessionCommand::Prepare => {
+                    self.sources_wanted = self.stepped_aside.is_none();
+                    self.sources_epoch += 1;
+                    shared.recording_from.store(u64::MAX, Ordering::Release);
+                    recorder::set_active(true);
+                    self.push(Command::Prepare { at: Ticks::now() });
+                }
+                SessionCommand::Start => {
+                    let at = Ticks::now();
+                    shared.recording_from.store(at.0, Ordering::Release);
+                    let sinks = self.request.as_mut().and_then(|r| r.sinks.take());
+                    self.push(Command::Start {
+                        at,
+                        cycle: self.cycle,
+                        sinks,
+                        lost: recorder::lost_records(),
+                    });
+                }
+                SessionCommand::Stop => {
+                    recorder::set_active(false);
+                    let at = Ticks::now();
+                    shared.recording_until.store(at.0, Ordering::Release);
+                    self.push(Command::Stop {
+                        at,
+                        lost: recorder::lost_records(),
+                    });
+                }
+                SessionCommand::TraceReady => {
+                    self.push(Command::TraceReady);
+                    self.cycle += 1;
+                }
+                SessionCommand::Warn(m) => self.log(m),
+            }
+        }
+    }
+
+    fn settle(&mut self, shared: &Shared) {
+        let idle = self.action == ProfilerAction::None;
+        if idle {
+            recorder::set_active(false);
+            self.sources_wanted = false;
+            shared.recording_from.store(u64::MAX, Ordering::Release);
+        }
+        self.push(Command::Settle {
+            idle,
+            epoch: self.sources_epoch,
+        });
+    }
+
+    /// Ends the on-demand capture once its window has passed, telling the requester the outcome.
+    pub fn settle_request(&mut self) {
+        let finished = match &self.request {
+            None => return,
+            Some(r) => match &r.kind {
+                RequestKind::Steps(s) => s
+                    .last_active_step()
+                    .is_some_and(|last| self.step_num > last),
+                RequestKind::Time(w, t0) => w.end().is_some_and(|end| t0.elapsed() >= end),
+            },
+        };
+        if finished && self.action == ProfilerAction::None {
+            self.finish_request("nothing was recorded");
+        }
+    }
+
+    /// Ends a capture in progress now (saving it; a warm-up is discarded) and goes idle.
+    pub fn end_capture(&mut self, shared: &Shared) {
+        self.close_step_span();
+        let exit = commands_on_exit(self.action);
+        self.run(exit, shared);
+        self.action = ProfilerAction::None;
+        self.settle(shared);
+    }
+
+    /// Shuts the session down (idempotent): saves a capture in progress, tells a pending request,
+    /// and queues the collector's end.
+    pub fn close(&mut self, shared: &Shared) {
+        if self.shutdown {
+            return;
+        }
+        self.shutdown = true;
+        self.end_capture(shared);
+        self.finish_request("the profiler stopped before the capture recorded anything");
+        self.push(Command::Shutdown);
+    }
+
+    /// Ends the pending request: the collector tells it the last trace written, or `fallback`.
+    pub fn finish_request(&mut self, fallback: &str) {
+        if let Some(r) = self.request.take() {
+            if let Some(done) = r.on_done {
+                self.push(Command::Notify {
+                    done,
+                    fallback: fallback.to_string(),
+                });
+            }
+        }
+    }
+
+    pub fn open_step_span(&mut self) {
+        if self.action == ProfilerAction::None || self.shutdown || !self.record_steps {
+            return;
+        }
+        let id = recorder::next_span_id();
+        self.step_span = Some(StepSpan {
+            id,
+            previous_external_id: recorder::push_external_id(id),
+            start: Ticks::now(),
+            step: self.step_num,
+        });
+    }
+
+    pub fn close_step_span(&mut self) {
+        let Some(s) = self.step_span.take() else {
+            return;
+        };
+        recorder::restore_external_id(s.previous_external_id);
+        let name = intern(&format!("ProfilerStep#{}", s.step));
+        // The same clock as the spans inside the step, so they nest exactly.
+        recorder::push(CpuRecord::Span {
+            name,
+            annotation: true,
+            start: s.start,
+            end: Ticks::now(),
+            id: s.id,
+        });
+    }
+}
