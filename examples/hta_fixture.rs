@@ -75,7 +75,7 @@ use kinetrace::activity::{
     Activity, ApiCall, CpuSpan, Detail, Kernel, Memcpy, MemcpyKind, MemoryKind,
 };
 use kinetrace::{intern, NameId, Profiler, SimulatedGpu, UnixNanos};
-use kinetrace_core::recorder::{self, CpuRecord};
+use kinetrace_core::recorder;
 
 const NS_PER_US: u64 = 1_000;
 /// Step period (µs).
@@ -115,11 +115,10 @@ impl Rank<'_> {
         UnixNanos(self.base_ns + us * NS_PER_US)
     }
 
+    /// Host records of the constructed workload go through the source too (with their own
+    /// pid, tid and times), like the device records.
     fn push_cpu(&self, activity: Activity) {
-        assert!(
-            recorder::push(CpuRecord::Complete(activity)),
-            "hta_fixture: the CPU ring is full"
-        );
+        self.gpu.inject(activity);
     }
 
     fn span(&self, annotation: bool, name: NameId, start_us: u64, end_us: u64, id: u64) {

@@ -151,6 +151,7 @@ pub struct ProfilerBuilder {
     on_trace_ready: Option<kinetrace_core::session::TraceReadyCallback>,
     sources: Vec<Box<dyn ActivitySource>>,
     ring_capacity: Option<usize>,
+    ring_memory_cap: Option<usize>,
     metadata: Vec<(String, String)>,
     log: Option<kinetrace_core::session::LogFn>,
     errors: Vec<Error>,
@@ -169,6 +170,7 @@ impl Default for ProfilerBuilder {
             on_trace_ready: None,
             sources: Vec::new(),
             ring_capacity: None,
+            ring_memory_cap: None,
             metadata: Vec::new(),
             log: None,
             errors: Vec::new(),
@@ -259,10 +261,18 @@ impl ProfilerBuilder {
         self.source(CuptiSource::new(CuptiConfig::default()))
     }
 
-    /// Slots in each thread's ring (default 16384). Events beyond it between drains are dropped and
-    /// counted.
+    /// Slots in each thread's ring (default 16384). A thread that fills its ring between drains
+    /// goes on in a spare one (see [`ring_memory_cap`](Self::ring_memory_cap)).
     pub fn ring_capacity(mut self, slots: usize) -> Self {
         self.ring_capacity = Some(slots);
+        self
+    }
+
+    /// Bound on the memory of all threads' rings together (default 256 MiB, about 6.7 M buffered
+    /// spans). Bursts grow a thread's buffer in spare rings up to it; past it, events are dropped
+    /// and counted in the trace.
+    pub fn ring_memory_cap(mut self, bytes: usize) -> Self {
+        self.ring_memory_cap = Some(bytes);
         self
     }
 
@@ -314,6 +324,9 @@ impl ProfilerBuilder {
             .push(("kinetrace_build".into(), BUILD_INFO.into()));
         if let Some(n) = self.ring_capacity {
             config.ring_capacity = n;
+        }
+        if let Some(n) = self.ring_memory_cap {
+            config.ring_memory_cap = n;
         }
         if let Some(log) = self.log {
             config.log = log;

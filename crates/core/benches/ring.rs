@@ -3,23 +3,19 @@
 #![allow(missing_docs)]
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
-use kinetrace_core::activity::{Activity, CpuSpan, Detail};
+use kinetrace_core::clock::Ticks;
 use kinetrace_core::recorder::CpuRecord;
 use kinetrace_core::ring::ring;
 use kinetrace_core::{NameId, UnixNanos};
 
 fn record(i: u64) -> CpuRecord {
-    CpuRecord::Complete(Activity {
-        start: UnixNanos(i),
-        end: UnixNanos(i + 10),
-        correlation: None,
-        external_id: Some(i),
-        detail: Detail::UserAnnotation(CpuSpan {
-            name: NameId(1),
-            pid: 1,
-            tid: 2,
-        }),
-    })
+    CpuRecord::Span {
+        name: NameId(1),
+        annotation: true,
+        start: Ticks(i),
+        end: Ticks(i + 10),
+        id: i,
+    }
 }
 
 fn bench(c: &mut Criterion) {

@@ -3,12 +3,19 @@
 //! "Profiler inactive" costs one `Relaxed` load of [`STATE`]. When active, a thread's first event
 //! creates its ring (one allocation per thread, never per event) and registers the reading end with
 //! the process-wide [`registry`], which the collector drains.
+//!
+//! A burst larger than a ring is absorbed without allocating on the recording thread: when its ring
+//! is full, the thread takes a spare ring the collector allocated ahead of time ([`replenish`]) and
+//! goes on in it; the collector drains a thread's rings oldest first. Spares, and so the memory
+//! rings may use, are bounded by [`set_ring_memory_cap`] ([`DEFAULT_RING_MEMORY_CAP`]); past it a
+//! full ring drops and counts, as a single ring does. Passing half of a ring also wakes the
+//! collector, so it drains before the ring fills.
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::activity::Activity;
 use crate::clock::Ticks;
 use crate::intern::{intern, NameId};
 use crate::ring::{ring, RingReader, RingWriter};
@@ -21,8 +28,67 @@ static STATE: AtomicBool = AtomicBool::new(false);
 /// Slots in each thread's ring (set by the session before it turns recording on).
 static RING_CAPACITY: AtomicUsize = AtomicUsize::new(DEFAULT_RING_CAPACITY);
 
-/// Default slots per thread ring (each slot is one [`CpuRecord`], about 130 bytes).
+/// Default slots per thread ring (each slot is one [`CpuRecord`], 40 bytes).
 pub const DEFAULT_RING_CAPACITY: usize = 1 << 14;
+
+/// Default bound on the memory of all rings together (every thread's first ring counts, spares and
+/// the rings threads moved on to): 256 MiB, about 6.7 M buffered spans.
+pub const DEFAULT_RING_MEMORY_CAP: usize = 256 << 20;
+
+/// The bound (bytes) and what the rings use now. Relaxed: an estimate a few blocks either way is
+/// fine; the collector is the only one that adds spares.
+static RING_MEMORY_CAP: AtomicUsize = AtomicUsize::new(DEFAULT_RING_MEMORY_CAP);
+static RING_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// Spare rings a full thread takes over. Kept at [`SPARE_RINGS`] by the collector.
+type Spare = (RingWriter<CpuRecord>, RingReader<CpuRecord>);
+static SPARES: Mutex<Vec<Spare>> = Mutex::new(Vec::new());
+const SPARE_RINGS: usize = 4;
+
+fn ring_bytes(slots: usize) -> usize {
+    slots * std::mem::size_of::<CpuRecord>()
+}
+
+/// Sets the bound on the memory of all rings together (see the module docs).
+pub fn set_ring_memory_cap(bytes: usize) {
+    RING_MEMORY_CAP.store(bytes, Ordering::Relaxed);
+}
+
+/// Bytes the rings use now (every thread's rings and the spares).
+pub fn ring_memory() -> usize {
+    RING_BYTES.load(Ordering::Relaxed)
+}
+
+/// Keeps [`SPARE_RINGS`] spare rings ready within the memory bound. Called by the collector
+/// (allocation happens here, never on a recording thread).
+pub fn replenish() {
+    let slots = RING_CAPACITY.load(Ordering::Relaxed);
+    let bytes = ring_bytes(slots.max(2).next_power_of_two());
+    loop {
+        let have = SPARES.lock().unwrap_or_else(|e| e.into_inner()).len();
+        if have >= SPARE_RINGS
+            || RING_BYTES.load(Ordering::Relaxed) + bytes > RING_MEMORY_CAP.load(Ordering::Relaxed)
+        {
+            return;
+        }
+        let spare = ring(slots);
+        RING_BYTES.fetch_add(bytes, Ordering::Relaxed);
+        SPARES.lock().unwrap_or_else(|e| e.into_inner()).push(spare);
+    }
+}
+
+/// Spare rings ready now.
+pub fn spare_rings() -> usize {
+    SPARES.lock().unwrap_or_else(|e| e.into_inner()).len()
+}
+
+/// Frees the spare rings (when a session ends).
+pub fn release_spares() {
+    let spares = std::mem::take(&mut *SPARES.lock().unwrap_or_else(|e| e.into_inner()));
+    for (_, r) in &spares {
+        RING_BYTES.fetch_sub(ring_bytes(r.capacity()), Ordering::Relaxed);
+    }
+}
 
 /// The collector thread, woken when a ring passes its fill mark so that a burst is drained before it
 /// fills the ring. Locked only on that rare path and when a session starts or stops.
@@ -122,8 +188,6 @@ pub fn next_span_id() -> u64 {
 /// One entry in a thread's ring.
 #[derive(Clone, Copy, Debug)]
 pub enum CpuRecord {
-    /// A finished record.
-    Complete(Activity),
     /// A finished span on the ring's own thread (the compact form `record_function` writes).
     Span {
         /// Span name.
@@ -158,7 +222,12 @@ pub enum CpuRecord {
     },
 }
 
-/// The reading end of one thread's ring, as the collector sees it.
+/// A thread's rings, oldest first: the reading ends of the full ones it moved on from and of the
+/// one it writes now. The thread appends (with `try_lock`: it never waits) when it takes a spare;
+/// the collector takes from the front.
+type Chain = Arc<Mutex<VecDeque<RingReader<CpuRecord>>>>;
+
+/// The reading end of one thread's rings, as the collector sees it.
 pub struct ThreadRing {
     /// OS process id of the recording thread.
     pub pid: u32,
@@ -166,23 +235,91 @@ pub struct ThreadRing {
     pub tid: u32,
     /// The thread's name, if it had one.
     pub thread_name: Option<String>,
-    /// The reading end.
-    pub reader: RingReader<CpuRecord>,
+    chain: Chain,
 }
 
-/// Every thread ring created so far whose reader has not been retired.
-pub fn registry() -> MutexGuard<'static, Vec<ThreadRing>> {
-    static REGISTRY: OnceLock<Mutex<Vec<ThreadRing>>> = OnceLock::new();
-    REGISTRY
-        .get_or_init(|| Mutex::new(Vec::new()))
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+impl ThreadRing {
+    /// Hands every record present now to `f`, oldest first, and says how many there were and
+    /// whether the thread is finished (it exited and everything it pushed has been drained; the
+    /// entry can be dropped). Rings the thread moved on from are freed once drained.
+    pub fn drain(&self, mut f: impl FnMut(CpuRecord)) -> (usize, bool) {
+        let mut total = 0;
+        loop {
+            let front = self
+                .chain
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop_front();
+            let Some(mut reader) = front else {
+                return (total, true);
+            };
+            // Drained without the lock, so the thread can append meanwhile.
+            let (n, finished) = reader.drain_final(&mut f);
+            total += n;
+            if finished {
+                RING_BYTES.fetch_sub(ring_bytes(reader.capacity()), Ordering::Relaxed);
+                continue;
+            }
+            self.chain
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_front(reader);
+            return (total, false);
+        }
+    }
 }
+
+/// Every thread ring created so far that the collector has not retired. Only the collector locks
+/// it (for a whole drain); new threads register through [`NEW_RINGS`], so a thread's first event
+/// never waits for a drain.
+pub fn registry() -> MutexGuard<'static, Vec<ThreadRing>> {
+    static REGISTRY: Mutex<Vec<ThreadRing>> = Mutex::new(Vec::new());
+    let mut reg = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+    reg.append(&mut NEW_RINGS.lock().unwrap_or_else(|e| e.into_inner()));
+    reg
+}
+
+/// Rings of threads that started recording since the collector last looked.
+static NEW_RINGS: Mutex<Vec<ThreadRing>> = Mutex::new(Vec::new());
 
 struct Local {
     writer: RingWriter<CpuRecord>,
+    chain: Chain,
     pid: u32,
     tid: u32,
+}
+
+impl Local {
+    /// The thread's ring is full: goes on in a spare ring, if the collector has one ready and the
+    /// thread can append it to its chain without waiting; else the record is dropped and counted.
+    #[cold]
+    fn grow(&mut self, record: CpuRecord) -> bool {
+        let spare = match SPARES.try_lock() {
+            Ok(mut s) => s.pop(),
+            Err(_) => None,
+        };
+        let Some((writer, reader)) = spare else {
+            ring_filling();
+            return ring_full();
+        };
+        match self.chain.try_lock() {
+            Ok(mut chain) => chain.push_back(reader),
+            Err(_) => {
+                // The collector is at this thread's chain this very moment: give the spare back.
+                if let Ok(mut s) = SPARES.try_lock() {
+                    s.push((writer, reader));
+                } else {
+                    RING_BYTES.fetch_sub(ring_bytes(reader.capacity()), Ordering::Relaxed);
+                }
+                return ring_full();
+            }
+        }
+        // The old writer goes: its ring is finished once drained.
+        self.writer = writer;
+        // A spare was used: the collector makes another.
+        ring_filling();
+        self.writer.try_push(record).is_ok() || ring_full()
+    }
 }
 
 /// Everything the hot path needs from thread-local storage, in one place so a span costs one TLS
@@ -250,7 +387,7 @@ impl Tls {
                 ring_filling();
                 true
             }
-            Err(_) => ring_full(),
+            Err(record) => l.grow(record),
         }
     }
 }
@@ -308,15 +445,25 @@ pub fn push_with(make: impl FnOnce(u32, u32) -> CpuRecord) -> bool {
 #[cold]
 fn register_this_thread() -> Local {
     let (writer, reader) = ring(RING_CAPACITY.load(Ordering::Relaxed));
+    RING_BYTES.fetch_add(ring_bytes(reader.capacity()), Ordering::Relaxed);
     let pid = std::process::id();
     let tid = current_tid();
-    registry().push(ThreadRing {
+    let chain: Chain = Arc::new(Mutex::new(VecDeque::from([reader])));
+    NEW_RINGS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(ThreadRing {
+            pid,
+            tid,
+            thread_name: std::thread::current().name().map(str::to_owned),
+            chain: chain.clone(),
+        });
+    Local {
+        writer,
+        chain,
         pid,
         tid,
-        thread_name: std::thread::current().name().map(str::to_owned),
-        reader,
-    });
-    Local { writer, pid, tid }
+    }
 }
 
 /// The `External id` API calls made now on this thread link to, if any.

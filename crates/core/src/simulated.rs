@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::activity::*;
 use crate::clock::UnixNanos;
 use crate::intern::{intern, NameId};
-use crate::recorder::{self, CpuRecord};
+use crate::recorder;
 use crate::source::{ActivitySource, SourceError};
 
 /// Most GPU records held between flushes; more are dropped and counted.
@@ -211,32 +211,30 @@ impl SimulatedGpu {
             external_id,
             detail,
         };
-        if enabled.contains(gpu.activity_type()) {
-            if g.pending.len() >= MAX_PENDING {
-                g.dropped += 1;
-            } else {
-                g.pending.push(gpu);
-            }
-        }
-        drop(g);
-        // The API call itself covers the wait for a sync.
+        // The API call itself covers the wait for a sync. Like CUPTI, the source reports the call
+        // (a host record) along with the device work it launched.
         let api_end = if is_sync { end } else { call_end };
-        if enabled.contains(ActivityType::Runtime) {
-            recorder::push_with(|pid, tid| {
-                CpuRecord::Complete(Activity {
-                    start: call_start,
-                    end: api_end,
-                    correlation: Some(correlation),
-                    external_id,
-                    detail: Detail::Runtime(ApiCall {
-                        name: api,
-                        cbid: Some(cbid),
-                        pid,
-                        tid,
-                        launches_work,
-                    }),
-                })
-            });
+        let api = Activity {
+            start: call_start,
+            end: api_end,
+            correlation: Some(correlation),
+            external_id,
+            detail: Detail::Runtime(ApiCall {
+                name: api,
+                cbid: Some(cbid),
+                pid: std::process::id(),
+                tid: recorder::current_tid(),
+                launches_work,
+            }),
+        };
+        for a in [gpu, api] {
+            if enabled.contains(a.activity_type()) {
+                if g.pending.len() >= MAX_PENDING {
+                    g.dropped += 1;
+                } else {
+                    g.pending.push(a);
+                }
+            }
         }
         Some(correlation)
     }

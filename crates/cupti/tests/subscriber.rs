@@ -74,10 +74,12 @@ fn foreign_subscriber_before_the_window() {
             work(&fake);
             during.push(fake.stats());
         });
+        windows.wait_for(1);
         window(&session, || {
             work(&fake);
             during.push(fake.stats());
         });
+        windows.wait_for(2);
         assert_eq!(fake.foreign_unsubscribe(), 0);
         window(&session, || work(&fake));
         session.stop();

@@ -52,6 +52,17 @@ struct Window {
     /// rows), and the last one looked up (records come thread by thread).
     threads: HashMap<u32, Option<String>>,
     last_tid: Option<u32>,
+    /// What the sources said when the window stopped.
+    sources: Option<SourcesSeen>,
+}
+
+/// What a window's trace says of the sources, taken when it stopped.
+#[derive(Default)]
+struct SourcesSeen {
+    names: Vec<String>,
+    dropped: Vec<u64>,
+    metadata: Vec<(String, String)>,
+    devices: Vec<crate::activity::DeviceProperties>,
 }
 
 pub(super) struct Collector {
@@ -153,6 +164,12 @@ impl Collector {
         if self.window.as_ref().is_some_and(|w| w.recording) {
             self.poll_sources(shared);
         }
+        // Spare rings for bursts, while a window is open; none kept while idle.
+        if self.window.is_some() {
+            recorder::replenish();
+        } else {
+            recorder::release_spares();
+        }
         if applied > 0 || self.done {
             let mut c = lock(&shared.control);
             c.applied += applied;
@@ -219,6 +236,7 @@ impl Collector {
             last_launch: None,
             threads: HashMap::new(),
             last_tid: None,
+            sources: None,
         }
     }
 
@@ -271,10 +289,11 @@ impl Collector {
         };
         // The end is fixed first, then everything the sources completed up to now is routed.
         w.stop = Some(at);
-        self.flush_sources(shared);
+        let seen = self.flush_sources(shared);
         let Some(mut w) = self.window.take() else {
             return;
         };
+        w.sources = Some(seen);
         // Device work launched in this window (by an API call it holds: correlation ids only grow)
         // and running past its end is part of it. Everything else after the end waits for a
         // window that starts later (or goes once the session is idle).
@@ -341,10 +360,13 @@ impl Collector {
         lock(&shared.control).sources_enabled = false;
     }
 
-    fn flush_sources(&mut self, shared: &Shared) {
+    /// Flushes the sources for the window that is stopping and, under the same lock, takes what
+    /// its trace says of them (metadata, devices, drops): a source enabled again for the next
+    /// window before this trace is written must not change what it says about this one.
+    fn flush_sources(&mut self, shared: &Shared) -> SourcesSeen {
         let mut polled = std::mem::take(&mut self.polled);
         polled.clear();
-        {
+        let seen = {
             let mut sources = lock(&shared.sources);
             let super::Sources { list, failed } = &mut *sources;
             for (src, failed) in list.iter_mut().zip(failed.iter()) {
@@ -352,11 +374,18 @@ impl Collector {
                     src.flush(&mut |a| polled.push(*a));
                 }
             }
-        }
+            SourcesSeen {
+                names: list.iter().map(|s| s.name().to_string()).collect(),
+                dropped: list.iter().map(|s| s.dropped()).collect(),
+                metadata: list.iter().flat_map(|s| s.metadata()).collect(),
+                devices: list.iter().flat_map(|s| s.device_properties()).collect(),
+            }
+        };
         for a in polled.drain(..) {
             self.route(a, shared);
         }
         self.polled = polled;
+        seen
     }
 
     fn poll_sources(&mut self, shared: &Shared) {
@@ -392,21 +421,12 @@ impl Collector {
             return;
         }
         let mut dropped = vec![("cpu_ring".to_string(), w.ring_drops)];
-        let (mut metadata, devices) = {
-            let sources = lock(&shared.sources);
-            let mut metadata = Vec::new();
-            for (i, src) in sources.list.iter().enumerate() {
-                let before = w.source_drops_at_start.get(i).copied().unwrap_or(0);
-                dropped.push((src.name().to_string(), src.dropped().saturating_sub(before)));
-                metadata.extend(src.metadata());
-            }
-            let devices = sources
-                .list
-                .iter()
-                .flat_map(|s| s.device_properties())
-                .collect();
-            (metadata, devices)
-        };
+        let seen = w.sources.unwrap_or_default();
+        for (i, (name, now)) in seen.names.iter().zip(&seen.dropped).enumerate() {
+            let before = w.source_drops_at_start.get(i).copied().unwrap_or(0);
+            dropped.push((name.clone(), now.saturating_sub(before)));
+        }
+        let (mut metadata, devices) = (seen.metadata, seen.devices);
         if self.held_dropped > 0 {
             dropped.push((
                 "collector".to_string(),
@@ -478,7 +498,7 @@ impl Collector {
             let mut reg = recorder::registry();
             reg.retain_mut(|r| {
                 let tid = r.tid;
-                let (n, finished) = r.reader.drain_final(|rec| batch.push((tid, rec)));
+                let (n, finished) = r.drain(|rec| batch.push((tid, rec)));
                 if n > 0 {
                     names.entry(tid).or_insert_with(|| r.thread_name.clone());
                 }
@@ -491,7 +511,6 @@ impl Collector {
         let pid = std::process::id();
         for &(tid, rec) in &batch {
             let activity = match rec {
-                CpuRecord::Complete(a) => Some(a),
                 CpuRecord::Span {
                     name,
                     annotation,

@@ -83,6 +83,9 @@ pub struct SessionConfig {
     pub trigger: Trigger,
     /// Slots per thread ring.
     pub ring_capacity: usize,
+    /// Bound on the memory of all thread rings together, spare rings for bursts included
+    /// ([`recorder::DEFAULT_RING_MEMORY_CAP`]).
+    pub ring_memory_cap: usize,
     /// How often the collector drains rings and polls sources (it is also woken when a ring passes
     /// its fill mark).
     pub collect_interval: Duration,
@@ -104,6 +107,7 @@ impl Default for SessionConfig {
             activities: ActivitySet::default_set(),
             trigger: Trigger::Always,
             ring_capacity: recorder::DEFAULT_RING_CAPACITY,
+            ring_memory_cap: recorder::DEFAULT_RING_MEMORY_CAP,
             collect_interval: Duration::from_millis(20),
             rank: None,
             world_size: None,
@@ -184,6 +188,7 @@ impl Session {
         }
         crate::clock::init();
         recorder::set_ring_capacity(config.ring_capacity);
+        recorder::set_ring_memory_cap(config.ring_memory_cap);
         let interval = config.collect_interval;
         let n_sources = sources.len();
         let collector = Collector::new(&config, sinks, on_trace_ready);
@@ -435,6 +440,7 @@ impl Session {
             let _ = h.join();
         }
         recorder::set_collector(None);
+        recorder::release_spares();
         self.released = true;
         SESSION_LIVE.store(false, Ordering::Release);
     }

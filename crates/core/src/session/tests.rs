@@ -371,3 +371,56 @@ fn a_push_inside_a_push_is_refused_and_counted() {
     assert_eq!(inner, (true, Some(false)));
     assert_eq!(crate::recorder::refused_pushes() - before, 1);
 }
+
+/// A burst larger than a thread's ring goes on in spare rings the collector prepared (no drop, no
+/// allocation on the recording thread); a memory bound too small for them makes it drop and count.
+#[test]
+fn a_burst_goes_on_in_spare_rings_within_the_memory_bound() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let name = crate::intern::intern("burst_span");
+    // Without spares, 100,000 spans at full speed overrun a 64-slot ring whatever the collector does.
+    for (cap, spans, expect_drops) in [(usize::MAX, 300u64, false), (0, 100_000, true)] {
+        let out: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
+        let out2 = out.clone();
+        let sinks = Box::new(move |_cycle: u32| -> std::io::Result<Box<dyn Sink>> {
+            Ok(Box::new(CountSink {
+                name,
+                seen: 0,
+                out: out2.clone(),
+            }))
+        });
+        let config = SessionConfig {
+            trigger: Trigger::Always,
+            ring_capacity: 64,
+            ring_memory_cap: cap,
+            // The collector only prepares spares; it does not drain during the burst.
+            collect_interval: Duration::from_secs(3600),
+            log: Arc::new(|_| {}),
+            ..SessionConfig::default()
+        };
+        let session = Session::start(config, Vec::new(), sinks, None).expect("tests take turns");
+        if !expect_drops {
+            let end = std::time::Instant::now() + Duration::from_secs(30);
+            while crate::recorder::spare_rings() < 4 {
+                assert!(std::time::Instant::now() < end, "no spare rings were made");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        // 64 in the thread's own ring and 4 × 64 in spares: 300 fit without a drain.
+        std::thread::spawn(move || {
+            for _ in 0..spans {
+                let _span = crate::recorder::SpanGuard::enter(name, true);
+            }
+        })
+        .join()
+        .unwrap();
+        session.stop();
+        let (seen, dropped) = out.lock().unwrap()[0];
+        assert_eq!(seen + dropped, spans, "{seen} written + {dropped} dropped");
+        assert_eq!(
+            dropped > 0,
+            expect_drops,
+            "{seen} written + {dropped} dropped"
+        );
+    }
+}

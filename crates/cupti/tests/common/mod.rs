@@ -488,6 +488,16 @@ impl Windows {
     pub fn get(&self) -> Vec<WindowSeen> {
         self.0.lock().unwrap().clone()
     }
+
+    /// Waits until `n` windows are written (the collector writes them on its own thread; a test
+    /// that changes the source between windows waits, so each trace describes its own window).
+    pub fn wait_for(&self, n: usize) {
+        wait_until(
+            Duration::from_secs(60),
+            || self.0.lock().unwrap().len() >= n,
+            || format!("{} of {n} windows written", self.0.lock().unwrap().len()),
+        );
+    }
 }
 
 struct RecordingSink {
