@@ -778,7 +778,7 @@ fn struct_size_mismatch_refuses_the_kind() {
             let fake = Fake::open(&lib);
             let log = Log::default();
             let mut cfg = config(&lib);
-            cfg.log = Some(kinetrace_cupti::LogHook::new(log.sink()));
+            cfg.log = Some(std::sync::Arc::new(log.sink()));
             let out = dir.path().join("traces");
             let profiler = Profiler::builder()
                 .source(CuptiSource::new(cfg))
