@@ -109,6 +109,7 @@ pub struct Layout {
 impl Layout {
     /// The size of a record of `kind` (a `CUPTI_ACTIVITY_KIND_*` value), or `None` for kinds
     /// kinetrace does not read.
+    #[inline]
     pub fn size_of_kind(&self, kind: u32) -> Option<usize> {
         Some(match Family::of_kind(kind)? {
             Family::Kernel => self.kernel,

@@ -200,6 +200,7 @@ impl Family {
     ];
 
     /// The family of a `CUPTI_ACTIVITY_KIND_*` value, or `None` for kinds kinetrace does not read.
+    #[inline]
     pub fn of_kind(kind: u32) -> Option<Family> {
         use crate::v13::*;
         Some(match kind {
