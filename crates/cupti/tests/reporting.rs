@@ -74,6 +74,7 @@ fn failures_that_do_not_stop_recording_are_counted_in_the_trace() {
                 "cuptiSetThreadIdType,cuptiActivityEnableRuntimeApi,cuptiActivityPopExternalCorrelationId,cuptiActivityDisable,cuptiUnsubscribe",
             ),
             ("FAKE_CUPTI_FAIL_CODE", "15"),
+            NVTX_SET,
         ],
         || {
             let (trace, log, _) = window("libcupti.so.13", ActivitySet::all(), 10);
@@ -123,6 +124,7 @@ fn buffers_the_record_iterator_refuses_are_reported() {
         &[
             ("FAKE_CUPTI_FAIL", "cuptiActivityGetNextRecord"),
             ("FAKE_CUPTI_FAIL_CODE", "21"),
+            NVTX_SET,
         ],
         || {
             let (trace, log, stats) = window("libcupti.so.12", ActivitySet::all(), 60);
@@ -201,6 +203,31 @@ fn failures_at_teardown_are_said_once() {
                 )]
             );
             assert_eq!(fake.stats().finalized, 0, "the fake refused it");
+        },
+    );
+}
+
+/// A source that never recorded (every call fails) has said why once, through its enable error;
+/// the same failures at exit add no second line.
+#[test]
+fn a_source_that_never_recorded_says_one_line() {
+    in_child(
+        "a_source_that_never_recorded_says_one_line",
+        &[("FAKE_CUPTI_FAIL", "*"), ("FAKE_CUPTI_FAIL_CODE", "999")],
+        || {
+            let dir = tempfile::tempdir().unwrap();
+            let lib = fake_as(dir.path(), "libcupti.so.12");
+            let log = Log::default();
+            let mut cfg = config(&lib);
+            cfg.log = Some(Arc::new(log.sink()));
+            let mut source = CuptiSource::new(cfg);
+            let e = source
+                .enable(ActivitySet::empty().with(ActivityType::Kernel))
+                .unwrap_err();
+            assert!(e.message.contains("CUPTI_ERROR_UNKNOWN"), "{e}");
+            source.disable();
+            drop(source);
+            assert!(log.lines().is_empty(), "{:?}", log.lines());
         },
     );
 }

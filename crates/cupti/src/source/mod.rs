@@ -24,7 +24,7 @@
 //! buffers, callback domains, noise filters, the struct-size check, dropped counts, the record
 //! iterator, disable, unsubscribe, and the External id push/pop in the API callback) is counted by
 //! call and code and listed in `cupti_ignored_errors`; failures at teardown, after the last trace,
-//! are said in one line.
+//! are said in one line (unless the source never recorded: its enable failure was said already).
 //!
 //! Messages: one channel, the session's log ([`ActivitySource::set_log`]); standard error until a
 //! session gives one; [`CuptiConfig::log`] overrides both.
@@ -363,7 +363,10 @@ impl Drop for CuptiSource {
         if let State::Live(l) = &mut self.state {
             // Never detach CUPTI under another client that holds it.
             let finalize = self.config.finalize_on_drop && !l.yielded;
-            if let Some(failed) = l.teardown(finalize) {
+            let failed = l.teardown(finalize);
+            // A source that never recorded has said why once already (its enable failed); the
+            // same broken library failing again at exit is not news worth a second line.
+            if let (Some(failed), true) = (failed, l.ever_active) {
                 (self.log)(&format!(
                     "cupti: CUPTI calls failed while the source shut down (after the last trace): {failed}"
                 ));

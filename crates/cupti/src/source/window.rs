@@ -78,6 +78,8 @@ pub(super) struct Live {
     /// Our buffer callbacks are registered and kinds enabled for the open window: only then is
     /// the activity API (flush, dropped count) ours to call.
     pub(super) active: bool,
+    /// Some window got that far: the source recorded GPU activity at some point.
+    pub(super) ever_active: bool,
     enabled: Vec<u32>,
     pub(super) kind_errors: Vec<(u32, CuptiError)>,
     /// Kinds not enabled because `cuptiActivityGetStructSize` disagreed with the layout table:
@@ -113,6 +115,7 @@ impl Live {
             yielded: false,
             yield_reported: false,
             active: false,
+            ever_active: false,
             enabled: Vec::new(),
             kind_errors: Vec::new(),
             refused: Vec::new(),
@@ -197,6 +200,7 @@ impl Live {
             return Err(EnableError::RegisterCallbacks(e));
         }
         self.active = true;
+        self.ever_active = true;
         // Drops CUPTI counted before this window (another client's) are not this window's.
         self.read_dropped();
         if let Some(s) = &self.subscriber {
