@@ -626,7 +626,7 @@ fn run(args: &Args) -> Result<String, String> {
                     "api_version": i.api_version,
                     "release": format!("{:?}", i.release),
                 }),
-                Err(reason) => json!({"live": false, "reason": reason}),
+                Err(reason) => json!({"live": false, "reason": reason.to_string()}),
             };
             (builder.source(cupti), info)
         }

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use crate::activity::{Activity, ActivitySet, DeviceProperties};
 use crate::clock::UnixNanos;
+use crate::session::LogFn;
 
 /// Why a source could not do what the session asked. The session logs it once and carries on
 /// without that source: profiling problems never stop the host job.
@@ -36,6 +37,13 @@ impl std::error::Error for SourceError {}
 pub trait ActivitySource: Send {
     /// Short name for messages and metadata (`"cupti"`).
     fn name(&self) -> &str;
+
+    /// Gives the source the session's log, for its one-line messages (problems that do not stop
+    /// recording). Called when the source is added to a session; before that a source logs where it
+    /// chooses (standard error).
+    fn set_log(&mut self, log: LogFn) {
+        let _ = log;
+    }
 
     /// `(key, value)` pairs for the trace metadata, e.g. `("cupti_version", "130100")`.
     fn metadata(&self) -> Vec<(String, String)> {

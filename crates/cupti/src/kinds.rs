@@ -22,3 +22,28 @@ pub const MEMORY2: u32 = sys::CUPTI_ACTIVITY_KIND_MEMORY2;
 pub const MEMORY_POOL: u32 = sys::CUPTI_ACTIVITY_KIND_MEMORY_POOL;
 pub const GRAPH_TRACE: u32 = sys::CUPTI_ACTIVITY_KIND_GRAPH_TRACE;
 pub const CUDA_EVENT: u32 = sys::CUPTI_ACTIVITY_KIND_CUDA_EVENT;
+
+/// The vendor's name of a kind kinetrace reads, without the `CUPTI_ACTIVITY_KIND_` prefix.
+pub fn name(kind: u32) -> Option<&'static str> {
+    Some(match kind {
+        MEMCPY => "MEMCPY",
+        MEMSET => "MEMSET",
+        KERNEL => "KERNEL",
+        DRIVER => "DRIVER",
+        RUNTIME => "RUNTIME",
+        DEVICE => "DEVICE",
+        CONTEXT => "CONTEXT",
+        CONCURRENT_KERNEL => "CONCURRENT_KERNEL",
+        NAME => "NAME",
+        MARKER => "MARKER",
+        OVERHEAD => "OVERHEAD",
+        MEMCPY2 => "MEMCPY2",
+        SYNCHRONIZATION => "SYNCHRONIZATION",
+        EXTERNAL_CORRELATION => "EXTERNAL_CORRELATION",
+        MEMORY2 => "MEMORY2",
+        MEMORY_POOL => "MEMORY_POOL",
+        GRAPH_TRACE => "GRAPH_TRACE",
+        CUDA_EVENT => "CUDA_EVENT",
+        _ => return None,
+    })
+}

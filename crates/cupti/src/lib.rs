@@ -28,9 +28,11 @@ pub mod result;
 mod source;
 pub mod version;
 
+pub use loader::CuptiOpenError;
 pub use result::CuptiError;
 pub use source::{
-    kinds_for, pool_stats, struct_size_mismatches, CuptiConfig, CuptiSource, LibraryInfo, LogHook,
+    kinds_for, pool_stats, struct_size_mismatches, CuptiConfig, CuptiSource, EnableError,
+    LibraryInfo,
 };
 pub use version::{Layout, Release};
 

@@ -10,9 +10,98 @@
 //! 5. the loader path: `libcupti.so.13`, `libcupti.so.12`, `libcupti.so.11.8`.
 
 use std::ffi::c_int;
+use std::fmt;
 use std::path::{Path, PathBuf};
 
 use kinetrace_cupti_sys::{Cupti, LoadError};
+
+use crate::result::CuptiError;
+
+/// Why the CUPTI backend could not start: its `Display` is the one line the job's log shows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CuptiOpenError {
+    /// The library named by `CuptiConfig::library` or `KINETRACE_CUPTI_PATH` does not exist.
+    ExplicitMissing {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The library named explicitly could not be opened or lacks a required entry point.
+    Explicit(LoadError),
+    /// No candidate of the search exists.
+    NotFound {
+        /// Every place looked at, in search order (files, then bare SONAMEs on the loader path).
+        searched: Vec<PathBuf>,
+    },
+    /// Candidates exist, but none opened with every required entry point.
+    Unusable {
+        /// Why each one failed, in search order.
+        tried: Vec<LoadError>,
+    },
+    /// The CUDA driver library cannot be loaded (CUPTI must not be called then).
+    NoDriver {
+        /// The driver library tried (`libcuda.so.1`, or the test's stand-in).
+        path: PathBuf,
+        /// The dynamic loader's message.
+        message: String,
+    },
+    /// A CUPTI call needed to start failed.
+    Call {
+        /// The entry point.
+        call: &'static str,
+        /// The library it was called in.
+        library: PathBuf,
+        /// What it answered.
+        error: CuptiError,
+    },
+}
+
+impl fmt::Display for CuptiOpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CuptiOpenError::ExplicitMissing { path } => {
+                write!(f, "{} does not exist", path.display())
+            }
+            CuptiOpenError::Explicit(e) => write!(f, "{e}"),
+            CuptiOpenError::NotFound { .. } => write!(
+                f,
+                "no libcupti found (looked in the process, CUDA_HOME/CUDA_PATH extras/CUPTI/lib64, the pip \
+                 wheels under site-packages and the loader path for {}); install nvidia-cuda-cupti or set \
+                 KINETRACE_CUPTI_PATH",
+                SONAMES.join(", ")
+            ),
+            CuptiOpenError::Unusable { tried } => {
+                f.write_str("no usable libcupti: ")?;
+                for (i, e) in tried.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str("; ")?;
+                    }
+                    write!(f, "{e}")?;
+                }
+                Ok(())
+            }
+            CuptiOpenError::NoDriver { path, message } => write!(
+                f,
+                "no CUDA driver: {} cannot be loaded ({message}); CUDA activities are not recorded",
+                path.display()
+            ),
+            CuptiOpenError::Call {
+                call,
+                library,
+                error,
+            } => write!(f, "{call} failed in {}: {error}", library.display()),
+        }
+    }
+}
+
+impl std::error::Error for CuptiOpenError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CuptiOpenError::Explicit(e) => Some(e),
+            CuptiOpenError::Call { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
 
 /// The SONAMEs kinetrace accepts, newest first.
 pub const SONAMES: [&str; 3] = ["libcupti.so.13", "libcupti.so.12", "libcupti.so.11.8"];
@@ -181,13 +270,15 @@ pub struct Found {
 }
 
 /// Opens the first candidate that works. The error lists what was tried.
-pub fn locate(inputs: &SearchInputs) -> Result<Found, String> {
+pub fn locate(inputs: &SearchInputs) -> Result<Found, CuptiOpenError> {
     let mut tried = Vec::new();
+    let mut searched = Vec::new();
     for c in candidates(inputs) {
         let is_file = c.origin != Origin::LoaderPath;
+        searched.push(c.path.clone());
         if is_file && !c.path.exists() {
             if c.origin == Origin::Explicit {
-                return Err(format!("{} does not exist", c.path.display()));
+                return Err(CuptiOpenError::ExplicitMissing { path: c.path });
             }
             continue;
         }
@@ -206,23 +297,19 @@ pub fn locate(inputs: &SearchInputs) -> Result<Found, String> {
             }
             Err(e) => {
                 if c.origin == Origin::Explicit {
-                    return Err(e.to_string());
+                    return Err(CuptiOpenError::Explicit(e));
                 }
+                // A bare SONAME the loader path lacks is "not found", not a failure worth listing.
                 if matches!(e, LoadError::MissingSymbol { .. }) || is_file {
-                    tried.push(e.to_string());
+                    tried.push(e);
                 }
             }
         }
     }
     if tried.is_empty() {
-        Err(format!(
-            "no libcupti found (looked in the process, CUDA_HOME/CUDA_PATH extras/CUPTI/lib64, the pip \
-             wheels under site-packages and the loader path for {}); install nvidia-cuda-cupti or set \
-             KINETRACE_CUPTI_PATH",
-            SONAMES.join(", ")
-        ))
+        Err(CuptiOpenError::NotFound { searched })
     } else {
-        Err(format!("no usable libcupti: {}", tried.join("; ")))
+        Err(CuptiOpenError::Unusable { tried })
     }
 }
 
@@ -238,17 +325,17 @@ pub struct Driver {
 /// Confirms the CUDA driver library is present: CUPTI 13.2 crashes the process and 13.3+ fail every
 /// call without it. `path` overrides `libcuda.so.1` (tests point it at a fake). The library stays
 /// loaded (CUPTI uses it).
-pub fn check_driver(path: Option<&Path>) -> Result<Driver, String> {
+pub fn check_driver(path: Option<&Path>) -> Result<Driver, CuptiOpenError> {
     let target = path.unwrap_or(Path::new("libcuda.so.1"));
     // SAFETY: opening the CUDA driver (or the test's stand-in) runs its initialisers only; the driver
     // does no work before cuInit.
     let lib = match unsafe { libloading::Library::new(target) } {
         Ok(l) => l,
         Err(e) => {
-            return Err(format!(
-                "no CUDA driver: {} cannot be loaded ({e}); CUDA activities are not recorded",
-                target.display()
-            ))
+            return Err(CuptiOpenError::NoDriver {
+                path: target.to_path_buf(),
+                message: e.to_string(),
+            })
         }
     };
     // SAFETY: cuDriverGetVersion(int*) is the driver's documented signature and needs no cuInit.
@@ -383,7 +470,13 @@ mod tests {
             ..Default::default()
         })
         .unwrap_err();
-        assert!(e.contains("/nonexistent/libcupti.so.12"), "{e}");
+        assert_eq!(
+            e,
+            CuptiOpenError::ExplicitMissing {
+                path: "/nonexistent/libcupti.so.12".into()
+            }
+        );
+        assert_eq!(e.to_string(), "/nonexistent/libcupti.so.12 does not exist");
     }
 
     #[test]
@@ -394,6 +487,14 @@ mod tests {
             ..Default::default()
         })
         .unwrap_err();
+        assert_eq!(
+            e,
+            CuptiOpenError::Explicit(LoadError::MissingSymbol {
+                path: libc.clone(),
+                symbol: "cuptiGetVersion"
+            })
+        );
+        let e = e.to_string();
         assert!(
             e.contains("cuptiGetVersion") && e.contains(&*libc.to_string_lossy()),
             "{e}"
@@ -403,7 +504,16 @@ mod tests {
     #[test]
     fn missing_driver_is_reported_not_fatal() {
         let e = check_driver(Some(Path::new("/nonexistent/libcuda.so.1"))).unwrap_err();
-        assert!(e.starts_with("no CUDA driver"), "{e}");
+        assert!(
+            matches!(&e, CuptiOpenError::NoDriver { path, .. } if path == Path::new("/nonexistent/libcuda.so.1")),
+            "{e:?}"
+        );
+        let e = e.to_string();
+        assert!(
+            e.starts_with("no CUDA driver: /nonexistent/libcuda.so.1 cannot be loaded (")
+                && e.ends_with("); CUDA activities are not recorded"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -17,7 +17,14 @@
 //! older CUPTI crashes on null, so it gets a reserve buffer whose records are counted and discarded.
 
 use std::alloc::{alloc_zeroed, Layout};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
+
+use kinetrace_cupti_sys::v13::CUpti_Activity;
+use kinetrace_cupti_sys::Cupti;
+
+use crate::result::{activity, CuptiError, MAX_LIMIT_REACHED};
 
 const EMPTY: u8 = 0;
 const ALLOCATING: u8 = 1;
@@ -32,9 +39,6 @@ pub const MAX_SLOTS: usize = 256;
 /// not get null. They are recycled inside the completion callback, so two are normally enough.
 pub const RESERVE_SLOTS: usize = 4;
 
-/// `cuptiActivityGetNextRecord`'s signature, used to count the records of discarded buffers.
-pub type NextRecordFn =
-    unsafe extern "C" fn(*mut u8, usize, *mut *mut kinetrace_cupti_sys::v13::CUpti_Activity) -> u32;
 /// Default bytes per buffer (Kineto uses 4 MiB).
 pub const DEFAULT_BUFFER_SIZE: usize = 4 << 20;
 /// Default bound on buffer memory (Kineto's default, 128 MB).
@@ -64,20 +68,103 @@ impl Slot {
     }
 }
 
-/// A completed buffer taken by the decoder.
+/// A completed buffer taken by the decoder. Only [`BufferPool::take_ready`] makes one and
+/// [`BufferPool::release`] consumes it, so while it exists its slot is TAKEN: CUPTI is done with
+/// the bytes and nobody writes them. (Buffers are never freed, see the end of this file.)
 #[derive(Debug)]
 pub struct Completed {
-    /// Slot index (pass to [`BufferPool::release`]).
-    pub slot: usize,
-    /// Start of the buffer (an address: the buffer is ours until [`BufferPool::release`]).
-    pub ptr: usize,
-    /// Bytes CUPTI filled.
-    pub valid: usize,
-    /// Whether its records must be counted as dropped instead of decoded.
-    pub discard: bool,
-    /// Which hand-out of the slot this buffer was (see [`BufferPool::outstanding`]).
-    pub generation: u64,
+    slot: usize,
+    ptr: usize,
+    valid: usize,
+    discard: bool,
+    generation: u64,
     seq: u64,
+}
+
+impl Completed {
+    /// Slot index.
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+
+    /// Start of the buffer (an address).
+    pub fn address(&self) -> usize {
+        self.ptr
+    }
+
+    /// Bytes CUPTI filled.
+    pub fn valid(&self) -> usize {
+        self.valid
+    }
+
+    /// Whether its records must be counted as dropped instead of decoded.
+    pub fn discard(&self) -> bool {
+        self.discard
+    }
+
+    /// Which hand-out of the slot this buffer was (see [`BufferPool::outstanding`]).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The bytes CUPTI filled.
+    pub fn bytes(&self) -> &[u8] {
+        if self.ptr == 0 || self.valid == 0 {
+            return &[];
+        }
+        // SAFETY: the slot is TAKEN for as long as `self` exists (see the type's documentation):
+        // CUPTI completed it and published `valid` bytes with Release, `take_ready` Acquired them,
+        // and nothing writes the buffer until `release` consumes `self`. The allocation (at least
+        // `valid` bytes) is never freed.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.valid) }
+    }
+
+    /// Offsets of every record in the buffer, found with the library's own iterator (never by
+    /// `sizeof`), so records of kinds and sizes this build does not know are stepped over
+    /// correctly. Appends to `out`; `Err` when the walk stopped other than at the end of the data
+    /// (the offsets found until then are kept).
+    pub fn record_offsets(&self, cupti: &Cupti, out: &mut Vec<usize>) -> Result<(), CuptiError> {
+        if self.ptr == 0 {
+            return Ok(());
+        }
+        // SAFETY: the buffer is a TAKEN slot CUPTI completed with `valid` bytes (see `bytes`).
+        unsafe { walk_records(cupti, self.ptr as *mut u8, self.valid, |off| out.push(off)) }
+    }
+}
+
+/// Calls `each` with the offset of every record in a completed buffer, using
+/// `cuptiActivityGetNextRecord`. Stops at the end of the data (`Ok`), at an error (`Err`), or at an
+/// offset that does not advance (`Ok`: a library that misbehaves must not make us loop).
+///
+/// # Safety
+/// `buf` must point at a buffer CUPTI completed with `valid` bytes, not handed back to CUPTI for the
+/// duration of the call.
+unsafe fn walk_records(
+    cupti: &Cupti,
+    buf: *mut u8,
+    valid: usize,
+    mut each: impl FnMut(usize),
+) -> Result<(), CuptiError> {
+    let mut rec: *mut CUpti_Activity = std::ptr::null_mut();
+    let mut last: Option<usize> = None;
+    loop {
+        // SAFETY: the caller's contract for `buf`/`valid`; `rec` is null or the previous record
+        // CUPTI returned from this buffer.
+        match unsafe { activity::get_next_record(cupti, buf, valid, &mut rec) } {
+            Ok(()) => {}
+            Err(e) if e == MAX_LIMIT_REACHED => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        if rec.is_null() {
+            return Ok(());
+        }
+        let off = (rec as usize).wrapping_sub(buf as usize);
+        if off >= valid || last.is_some_and(|l| off <= l) {
+            return Ok(());
+        }
+        last = Some(off);
+        each(off);
+    }
 }
 
 /// Counters of the pool.
@@ -97,6 +184,9 @@ pub struct PoolStats {
     pub completed: u64,
     /// Records in reserve buffers, counted and discarded.
     pub discarded_records: u64,
+    /// Walks of reserve buffers that `cuptiActivityGetNextRecord` ended with an error (their
+    /// records after it are not counted), and the last such error.
+    pub count_errors: (u64, Option<CuptiError>),
 }
 
 /// The process-wide pool (CUPTI's buffer callbacks are process-global).
@@ -113,7 +203,10 @@ pub struct BufferPool {
     foreign: AtomicU64,
     completed: AtomicU64,
     discarded_records: AtomicU64,
-    next_record: AtomicUsize,
+    count_errors: AtomicU64,
+    last_count_error: AtomicU32,
+    /// The library whose `cuptiActivityGetNextRecord` counts the records of reserve buffers.
+    library: AtomicPtr<Cupti>,
 }
 
 impl BufferPool {
@@ -132,28 +225,33 @@ impl BufferPool {
             foreign: AtomicU64::new(0),
             completed: AtomicU64::new(0),
             discarded_records: AtomicU64::new(0),
-            next_record: AtomicUsize::new(0),
+            count_errors: AtomicU64::new(0),
+            last_count_error: AtomicU32::new(0),
+            library: AtomicPtr::new(std::ptr::null_mut()),
         }
     }
 
-    /// Sets the library function used to count the records of discarded (reserve) buffers.
-    pub fn set_record_counter(&self, f: NextRecordFn) {
-        self.next_record.store(f as usize, Ordering::Relaxed);
+    /// Sets the library used to count the records of discarded (reserve) buffers.
+    pub fn set_library(&self, cupti: &'static Cupti) {
+        self.library
+            .store(cupti as *const Cupti as *mut Cupti, Ordering::Release);
     }
 
-    /// Counts the records in a completed buffer with the library's own iterator.
+    /// Counts the records in a completed buffer with the library's own iterator. Allocation-free:
+    /// runs in CUPTI's completion callback.
     fn count_records(&self, ptr: *mut u8, valid: usize) -> u64 {
-        let f = self.next_record.load(Ordering::Relaxed);
-        if f == 0 {
+        let lib = self.library.load(Ordering::Acquire);
+        if lib.is_null() {
             return 0;
         }
-        // SAFETY: `f` was stored from a `NextRecordFn` by `set_record_counter`.
-        let f: NextRecordFn = unsafe { std::mem::transmute::<usize, NextRecordFn>(f) };
+        // SAFETY: `lib` was stored from a `&'static Cupti` by `set_library`.
+        let cupti = unsafe { &*lib };
         let mut n = 0;
-        let mut rec = std::ptr::null_mut();
-        // SAFETY: CUPTI just completed `ptr` with `valid` bytes; `rec` is null or its previous record.
-        while unsafe { f(ptr, valid, &mut rec) } == 0 && !rec.is_null() && n < valid as u64 {
-            n += 1;
+        // SAFETY: CUPTI just completed `ptr` with `valid` bytes and the slot is still OUT: nothing
+        // else reads or writes it until this callback marks it FREE.
+        if let Err(e) = unsafe { walk_records(cupti, ptr, valid, |_| n += 1) } {
+            self.count_errors.fetch_add(1, Ordering::Relaxed);
+            self.last_count_error.store(e.0, Ordering::Relaxed);
         }
         n
     }
@@ -336,8 +434,8 @@ impl BufferPool {
     }
 
     /// Returns a taken buffer to the free list.
-    pub fn release(&self, slot: usize) {
-        if let Some(s) = self.slots.get(slot) {
+    pub fn release(&self, buffer: Completed) {
+        if let Some(s) = self.slots.get(buffer.slot) {
             // Release: our reads of the buffer happen before CUPTI's next writes into it.
             let _ = s
                 .state
@@ -382,6 +480,13 @@ impl BufferPool {
             foreign: self.foreign.load(Ordering::Relaxed),
             completed: self.completed.load(Ordering::Relaxed),
             discarded_records: self.discarded_records.load(Ordering::Relaxed),
+            count_errors: (
+                self.count_errors.load(Ordering::Relaxed),
+                match self.last_count_error.load(Ordering::Relaxed) {
+                    0 => None,
+                    code => Some(CuptiError(code)),
+                },
+            ),
         }
     }
 }
@@ -423,10 +528,11 @@ mod tests {
         p.take_ready(&mut done);
         assert_eq!(done.len(), 1);
         assert_eq!(
-            (done[0].ptr, done[0].valid, done[0].discard),
+            (done[0].address(), done[0].valid(), done[0].discard()),
             (a as usize, 100, false)
         );
-        p.release(done[0].slot);
+        assert_eq!(done[0].bytes().len(), 100);
+        p.release(done.remove(0));
         // Reused, not reallocated.
         assert_eq!(p.request().0, a);
         assert_eq!(p.stats().allocated_bytes, 3 * 4096);
@@ -465,7 +571,7 @@ mod tests {
         assert_eq!(p.stats().foreign, 1);
         let mut done = Vec::new();
         p.take_ready(&mut done);
-        let order: Vec<_> = done.iter().map(|c| c.ptr).collect();
+        let order: Vec<_> = done.iter().map(|c| c.address()).collect();
         let expected: Vec<_> = bufs.iter().rev().map(|p| *p as usize).collect();
         assert_eq!(order, expected);
     }
@@ -491,9 +597,9 @@ mod tests {
         assert!(p.not_taken(slot, generation), "completed but not taken yet");
         let mut done = Vec::new();
         p.take_ready(&mut done);
-        assert_eq!((done[0].slot, done[0].generation), (slot, generation));
+        assert_eq!((done[0].slot(), done[0].generation()), (slot, generation));
         assert!(!p.not_taken(slot, generation));
-        p.release(slot);
+        p.release(done.remove(0));
         // Handed out again: a new generation, so the old hand-out stays taken.
         assert_eq!(p.request().0, a);
         assert!(!p.not_taken(slot, generation));

@@ -6,9 +6,8 @@
 //! sizes (for the size cross-check and for synthesising buffers).
 
 use std::fmt;
-use std::mem::size_of;
 
-use kinetrace_cupti_sys::{v12, v13};
+use kinetrace_cupti_sys::layouts::{record_size, release_of_api_version, Family};
 
 /// A CUPTI library release, as far as record layouts are concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -56,106 +55,32 @@ impl Release {
 
     /// The release from `cuptiGetVersion`'s value and the library's SONAME. Version 18 is shared by
     /// 11.8, 12.0 and 12.1, so the SONAME (`libcupti.so.11.8` vs `libcupti.so.12`) decides.
-    /// `None` for values no release reports.
+    /// `None` for values no release reports. (The mapping is `kinetrace-cupti-sys`'s
+    /// [`release_of_api_version`], shared with the test fake.)
     pub fn from_api_version(api: u32, soname: &str) -> Option<Release> {
-        let r = |major, minor| Some(Release { major, minor });
-        match api {
-            18 if soname.contains(".so.11") => r(11, 8),
-            18 => r(12, 0),
-            20 => r(12, 2),
-            21 => r(12, 3),
-            22 => r(12, 4),
-            23 => r(12, 5),
-            24 => r(12, 6),
-            26 => r(12, 8),
-            27 | 28 => r(12, 9),
-            // 13.0 on: xxyyzz.
-            v if (130_000..1_000_000).contains(&v) => {
-                r((v / 10_000) as u8, ((v / 100) % 100) as u8)
-            }
-            _ => None,
-        }
+        release_of_api_version(api, soname).map(|(major, minor)| Release { major, minor })
     }
 
-    /// Record sizes this release writes.
+    /// Record sizes this release writes, from `kinetrace-cupti-sys`'s release → struct table
+    /// ([`record_size`]).
     pub fn layout(self) -> Layout {
-        let at_least = |major, minor| self >= Release { major, minor };
+        let size = |family| record_size(family, (self.major, self.minor));
         Layout {
             release: self,
-            kernel: if at_least(13, 4) {
-                size_of::<v13::CUpti_ActivityKernel13>()
-            } else if at_least(13, 3) {
-                size_of::<v13::CUpti_ActivityKernel12>()
-            } else if at_least(13, 1) {
-                size_of::<v13::CUpti_ActivityKernel11>()
-            } else if at_least(13, 0) {
-                size_of::<v13::CUpti_ActivityKernel10>()
-            } else if at_least(12, 0) {
-                size_of::<v12::CUpti_ActivityKernel9>()
-            } else {
-                size_of::<v12::CUpti_ActivityKernel8>()
-            },
-            memcpy: if at_least(13, 4) {
-                size_of::<v13::CUpti_ActivityMemcpy7>()
-            } else if at_least(12, 8) {
-                size_of::<v12::CUpti_ActivityMemcpy6>()
-            } else {
-                size_of::<v12::CUpti_ActivityMemcpy5>()
-            },
-            memcpy_p2p: size_of::<v12::CUpti_ActivityMemcpyPtoP4>(),
-            memset: if at_least(13, 4) {
-                size_of::<v13::CUpti_ActivityMemset5>()
-            } else {
-                size_of::<v12::CUpti_ActivityMemset4>()
-            },
-            api: size_of::<v12::CUpti_ActivityAPI>(),
-            sync: if at_least(12, 8) {
-                size_of::<v12::CUpti_ActivitySynchronization2>()
-            } else {
-                size_of::<v12::CUpti_ActivitySynchronization>()
-            },
-            memory: if at_least(12, 6) {
-                size_of::<v12::CUpti_ActivityMemory4>()
-            } else {
-                size_of::<v12::CUpti_ActivityMemory3>()
-            },
-            memory_pool: if at_least(13, 0) {
-                size_of::<v13::CUpti_ActivityMemoryPool3>()
-            } else {
-                size_of::<v12::CUpti_ActivityMemoryPool2>()
-            },
-            external_correlation: size_of::<v12::CUpti_ActivityExternalCorrelation>(),
-            overhead: if at_least(12, 4) {
-                size_of::<v12::CUpti_ActivityOverhead3>()
-            } else if at_least(12, 3) {
-                size_of::<v12::CUpti_ActivityOverhead2>()
-            } else {
-                size_of::<v12::CUpti_ActivityOverhead>()
-            },
-            marker: size_of::<v12::CUpti_ActivityMarker2>(),
-            device: if at_least(13, 2) {
-                size_of::<v13::CUpti_ActivityDevice6>()
-            } else if at_least(12, 2) {
-                size_of::<v12::CUpti_ActivityDevice5>()
-            } else {
-                size_of::<v12::CUpti_ActivityDevice4>()
-            },
-            context: if at_least(13, 1) {
-                size_of::<v13::CUpti_ActivityContext4>()
-            } else if at_least(12, 5) {
-                size_of::<v12::CUpti_ActivityContext3>()
-            } else if at_least(12, 4) {
-                size_of::<v12::CUpti_ActivityContext2>()
-            } else {
-                size_of::<v12::CUpti_ActivityContext>()
-            },
-            cuda_event: if at_least(13, 5) {
-                size_of::<v13::CUpti_ActivityCudaEvent3>()
-            } else if at_least(12, 8) {
-                size_of::<v12::CUpti_ActivityCudaEvent2>()
-            } else {
-                size_of::<v12::CUpti_ActivityCudaEvent>()
-            },
+            kernel: size(Family::Kernel),
+            memcpy: size(Family::Memcpy),
+            memcpy_p2p: size(Family::MemcpyP2p),
+            memset: size(Family::Memset),
+            api: size(Family::Api),
+            sync: size(Family::Sync),
+            memory: size(Family::Memory),
+            memory_pool: size(Family::MemoryPool),
+            external_correlation: size(Family::ExternalCorrelation),
+            overhead: size(Family::Overhead),
+            marker: size(Family::Marker),
+            device: size(Family::Device),
+            context: size(Family::Context),
+            cuda_event: size(Family::CudaEvent),
         }
     }
 }
@@ -184,24 +109,23 @@ pub struct Layout {
 impl Layout {
     /// The size of a record of `kind` (a `CUPTI_ACTIVITY_KIND_*` value), or `None` for kinds
     /// kinetrace does not read.
+    #[inline]
     pub fn size_of_kind(&self, kind: u32) -> Option<usize> {
-        use crate::kinds::*;
-        Some(match kind {
-            CONCURRENT_KERNEL | KERNEL => self.kernel,
-            MEMCPY => self.memcpy,
-            MEMCPY2 => self.memcpy_p2p,
-            MEMSET => self.memset,
-            RUNTIME | DRIVER => self.api,
-            SYNCHRONIZATION => self.sync,
-            MEMORY2 => self.memory,
-            MEMORY_POOL => self.memory_pool,
-            EXTERNAL_CORRELATION => self.external_correlation,
-            OVERHEAD => self.overhead,
-            MARKER => self.marker,
-            DEVICE => self.device,
-            CONTEXT => self.context,
-            CUDA_EVENT => self.cuda_event,
-            _ => return None,
+        Some(match Family::of_kind(kind)? {
+            Family::Kernel => self.kernel,
+            Family::Memcpy => self.memcpy,
+            Family::MemcpyP2p => self.memcpy_p2p,
+            Family::Memset => self.memset,
+            Family::Api => self.api,
+            Family::Sync => self.sync,
+            Family::Memory => self.memory,
+            Family::MemoryPool => self.memory_pool,
+            Family::ExternalCorrelation => self.external_correlation,
+            Family::Overhead => self.overhead,
+            Family::Marker => self.marker,
+            Family::Device => self.device,
+            Family::Context => self.context,
+            Family::CudaEvent => self.cuda_event,
         })
     }
 }

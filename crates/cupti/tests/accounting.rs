@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::*;
 use kinetrace::{ActivitySet, ActivityType, Schedule};
-use kinetrace_cupti::{CuptiConfig, CuptiSource, LogHook};
+use kinetrace_cupti::{CuptiConfig, CuptiSource};
 use kinetrace_cupti_sys::v13;
 
 const STREAMS: [u32; 2] = [7, 13];
@@ -194,7 +194,7 @@ fn late_buffers_are_counted_not_lost() {
             // No External id records (they are not trace events, but a late buffer's count
             // includes them): every record of the window is then a trace event or late.
             cfg.external_ids = false;
-            cfg.log = Some(LogHook::new(source_log.sink()));
+            cfg.log = Some(std::sync::Arc::new(source_log.sink()));
             let log = Log::default();
             // wait 1, warm-up 1, active 1: windows record steps 2 and 5.
             let schedule = Schedule::new(1, 1, 1).unwrap().with_repeat(2);

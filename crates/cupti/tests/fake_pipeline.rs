@@ -400,7 +400,7 @@ fn run_scenario(file_name: &str, version: &str) {
 fn pipeline_cupti_11_8_layout() {
     in_child(
         "pipeline_cupti_11_8_layout",
-        &[("FAKE_CUPTI_VERSION", "18")],
+        &[("FAKE_CUPTI_VERSION", "18"), NVTX_SET],
         || run_scenario("libcupti.so.11.8", "18"),
     );
 }
@@ -409,7 +409,7 @@ fn pipeline_cupti_11_8_layout() {
 fn pipeline_cupti_12_9_layout() {
     in_child(
         "pipeline_cupti_12_9_layout",
-        &[("FAKE_CUPTI_VERSION", "28")],
+        &[("FAKE_CUPTI_VERSION", "28"), NVTX_SET],
         || run_scenario("libcupti.so.12", "28"),
     );
 }
@@ -424,7 +424,7 @@ macro_rules! pipeline_12_x {
             fn $name() {
                 in_child(
                     stringify!($name),
-                    &[("FAKE_CUPTI_VERSION", $v)],
+                    &[("FAKE_CUPTI_VERSION", $v), NVTX_SET],
                     || run_scenario("libcupti.so.12", $v),
                 );
             }
@@ -450,7 +450,7 @@ macro_rules! pipeline_13_x {
             fn $name() {
                 in_child(
                     stringify!($name),
-                    &[("FAKE_CUPTI_VERSION", $v)],
+                    &[("FAKE_CUPTI_VERSION", $v), NVTX_SET],
                     || run_scenario("libcupti.so.13", $v),
                 );
             }
@@ -468,7 +468,7 @@ pipeline_13_x! {
 fn pipeline_cupti_13_0_layout() {
     in_child(
         "pipeline_cupti_13_0_layout",
-        &[("FAKE_CUPTI_VERSION", "130001")],
+        &[("FAKE_CUPTI_VERSION", "130001"), NVTX_SET],
         || run_scenario("libcupti.so.13", "130001"),
     );
 }
@@ -477,7 +477,7 @@ fn pipeline_cupti_13_0_layout() {
 fn pipeline_cupti_13_5_layout() {
     in_child(
         "pipeline_cupti_13_5_layout",
-        &[("FAKE_CUPTI_VERSION", "130500")],
+        &[("FAKE_CUPTI_VERSION", "130500"), NVTX_SET],
         || run_scenario("libcupti.so.13", "130500"),
     );
 }
@@ -531,6 +531,7 @@ fn fault_enable_fails() {
         &[
             ("FAKE_CUPTI_FAIL", "cuptiActivityEnable"),
             ("FAKE_CUPTI_FAIL_CODE", "15"),
+            NVTX_SET,
         ],
         || {
             let (trace, log, _) = survives("28", |_| {});
@@ -548,7 +549,11 @@ fn fault_enable_fails() {
 fn fault_every_call_fails() {
     in_child(
         "fault_every_call_fails",
-        &[("FAKE_CUPTI_FAIL", "*"), ("FAKE_CUPTI_FAIL_CODE", "999")],
+        &[
+            ("FAKE_CUPTI_FAIL", "*"),
+            ("FAKE_CUPTI_FAIL_CODE", "999"),
+            NVTX_SET,
+        ],
         || {
             let (trace, log, _) = survives("28", |_| {});
             assert_eq!(x(&trace, "kernel").len(), 0);
@@ -638,6 +643,7 @@ fn fault_subscribe_fails() {
         &[
             ("FAKE_CUPTI_FAIL", "cuptiSubscribe"),
             ("FAKE_CUPTI_FAIL_CODE", "15"),
+            NVTX_SET,
         ],
         || {
             let (trace, log, _) = survives("28", |_| {});
@@ -778,7 +784,7 @@ fn struct_size_mismatch_refuses_the_kind() {
             let fake = Fake::open(&lib);
             let log = Log::default();
             let mut cfg = config(&lib);
-            cfg.log = Some(kinetrace_cupti::LogHook::new(log.sink()));
+            cfg.log = Some(std::sync::Arc::new(log.sink()));
             let out = dir.path().join("traces");
             let profiler = Profiler::builder()
                 .source(CuptiSource::new(cfg))
@@ -822,7 +828,7 @@ fn struct_size_mismatch_refuses_the_kind() {
 fn devices_known_when_cuda_was_initialised_before_profiling() {
     in_child(
         "devices_known_when_cuda_was_initialised_before_profiling",
-        &[("FAKE_CUPTI_VERSION", "24")],
+        &[("FAKE_CUPTI_VERSION", "24"), NVTX_SET],
         || {
             let dir = tempfile::tempdir().unwrap();
             let lib = fake_as(dir.path(), "libcupti.so.12");

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use kinetrace::{ActivitySet, ActivityType, Profiler, Schedule};
-use kinetrace_cupti::{CuptiConfig, CuptiSource, LogHook};
+use kinetrace_cupti::{CuptiConfig, CuptiSource};
 
 const MULTIPLE_SUBSCRIBERS: u32 = 39;
 
@@ -277,7 +277,7 @@ fn markers_without_nvtx_injection_are_explained_once() {
             let fake = Fake::open(&lib);
             let source_log = Log::default();
             let mut cfg = config(&lib);
-            cfg.log = Some(LogHook::new(source_log.sink()));
+            cfg.log = Some(std::sync::Arc::new(source_log.sink()));
             let log = Log::default();
             let (session, windows) = session(
                 CuptiSource::new(cfg),

@@ -16,10 +16,13 @@ Record layouts differ between CUPTI generations, so there is one module per gene
 | [`v13`] | `nvidia-cuda-cupti` 13.5.25 | Kernel10–13, Memcpy7, Memset5, MemoryPool3, Device6, Context4, CudaEvent3 (+ every v12 struct, from its deprecated header) |
 
 Enum values, result codes and callback ids are identical in both (checked by a test); use them from
-[`v13`]. The callback-id name tables are in [`cbid`].
+[`v13`]. The callback-id name tables are in [`cbid`]. Which of these structs each release writes
+is the table in [`layouts`] ([`with_record_struct!`], [`layouts::record_size`]), shared by
+`kinetrace-cupti` and the test fake.
 */
 #![deny(missing_docs)]
 
+pub mod layouts;
 mod table;
 
 pub use table::{Cupti, LoadError, OPTIONAL_SYMBOLS, REQUIRED_SYMBOLS};

@@ -139,7 +139,7 @@ impl Collector {
             return true;
         }
         recorder::collector_woke();
-        let mut cmds = {
+        let cmds = {
             let mut c = lock(&shared.control);
             if c.time_driven() && !c.shutdown {
                 let next = c.target_action(c.started.elapsed());
@@ -157,8 +157,10 @@ impl Collector {
         shared.enable_sources_if_wanted();
         self.drain_rings();
         let applied = cmds.len() as u64;
-        for cmd in cmds.drain(..) {
-            self.apply(cmd, shared);
+        let cmds: Vec<Command> = cmds.into_iter().collect();
+        let mut cmds = cmds.into_iter();
+        while let Some(cmd) = cmds.next() {
+            self.apply(cmd, cmds.as_slice(), shared);
         }
         self.route_pending(shared);
         if self.window.as_ref().is_some_and(|w| w.recording) {
@@ -180,7 +182,7 @@ impl Collector {
         self.done
     }
 
-    fn apply(&mut self, cmd: Command, shared: &Shared) {
+    fn apply(&mut self, cmd: Command, rest: &[Command], shared: &Shared) {
         match cmd {
             Command::Prepare { at } => {
                 let at = self.clock.to_unix(at);
@@ -203,7 +205,7 @@ impl Collector {
                 if let Some(w) = self.window.as_mut() {
                     w.ring_drops = lost.saturating_sub(w.ring_drops);
                 }
-                self.stop(at, shared)
+                self.stop(at, rest, shared)
             }
             Command::TraceReady => self.trace_ready(shared),
             Command::Settle { idle, epoch } => self.settle(idle, epoch, shared),
@@ -282,14 +284,22 @@ impl Collector {
         }
     }
 
-    fn stop(&mut self, at: UnixNanos, shared: &Shared) {
+    fn stop(&mut self, at: UnixNanos, rest: &[Command], shared: &Shared) {
         self.route_pending_before(at, shared);
         let Some(w) = self.window.as_mut() else {
             return;
         };
         // The end is fixed first, then everything the sources completed up to now is routed.
         w.stop = Some(at);
-        let seen = self.flush_sources(shared);
+        // Idle after this window (the same transition ends in an idle settle, no window opens).
+        let idle_after = rest
+            .iter()
+            .take_while(|c| !matches!(c, Command::Prepare { .. } | Command::Start { .. }))
+            .find_map(|c| match c {
+                Command::Settle { idle: true, epoch } => Some(*epoch),
+                _ => None,
+            });
+        let seen = self.flush_sources(idle_after, shared);
         let Some(mut w) = self.window.take() else {
             return;
         };
@@ -337,6 +347,11 @@ impl Collector {
     /// Flushes and disables the sources unless a window has wanted them since `epoch`.
     fn disable_sources(&mut self, epoch: u64, shared: &Shared) {
         let mut sources = lock(&shared.sources);
+        self.disable_locked(&mut sources, epoch, shared);
+    }
+
+    /// Flushes and disables the (locked) sources unless a window has wanted them since `epoch`.
+    fn disable_locked(&mut self, sources: &mut super::Sources, epoch: u64, shared: &Shared) {
         {
             let c = lock(&shared.control);
             if c.sources_wanted || c.sources_epoch != epoch {
@@ -349,7 +364,7 @@ impl Collector {
                 return;
             }
         }
-        let super::Sources { list, failed } = &mut *sources;
+        let super::Sources { list, failed } = sources;
         for (src, failed) in list.iter_mut().zip(failed.iter()) {
             if !*failed {
                 // What comes out now belongs to no window.
@@ -363,7 +378,10 @@ impl Collector {
     /// Flushes the sources for the window that is stopping and, under the same lock, takes what
     /// its trace says of them (metadata, devices, drops): a source enabled again for the next
     /// window before this trace is written must not change what it says about this one.
-    fn flush_sources(&mut self, shared: &Shared) -> SourcesSeen {
+    /// When the session goes idle after this window (`disable`: the epoch of that idle), the
+    /// sources are disabled here too, before the trace's view is taken, so it includes how that
+    /// went.
+    fn flush_sources(&mut self, disable: Option<u64>, shared: &Shared) -> SourcesSeen {
         let mut polled = std::mem::take(&mut self.polled);
         polled.clear();
         let seen = {
@@ -374,6 +392,10 @@ impl Collector {
                     src.flush(&mut |a| polled.push(*a));
                 }
             }
+            if let Some(epoch) = disable {
+                self.disable_locked(&mut sources, epoch, shared);
+            }
+            let super::Sources { list, .. } = &mut *sources;
             SourcesSeen {
                 names: list.iter().map(|s| s.name().to_string()).collect(),
                 dropped: list.iter().map(|s| s.dropped()).collect(),

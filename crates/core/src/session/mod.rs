@@ -191,6 +191,11 @@ impl Session {
         recorder::set_ring_memory_cap(config.ring_memory_cap);
         let interval = config.collect_interval;
         let n_sources = sources.len();
+        // One log channel: every source speaks through the session's.
+        let mut sources = sources;
+        for src in &mut sources {
+            src.set_log(config.log.clone());
+        }
         let collector = Collector::new(&config, sinks, on_trace_ready);
         let control = Control::new(&config);
         let shared = Arc::new(Shared {
@@ -349,6 +354,7 @@ impl Session {
                 c.log.clone(),
             )
         };
+        source.set_log(log.clone());
         let mut failed = false;
         if enable {
             if let Err(e) = source.enable(activities) {

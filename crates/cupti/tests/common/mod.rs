@@ -13,6 +13,11 @@ use serde_json::Value;
 /// Generous: CI runs on a loaded 2-core machine.
 pub const CHILD_DEADLINE: Duration = Duration::from_secs(120);
 
+/// For tests that ask for markers and count the log's lines: with NVTX injection set, the source
+/// has no reason to explain how to get markers, a line that would otherwise reach the session's log
+/// (`subscriber.rs` tests that line). The value only has to be set; nothing here loads it.
+pub const NVTX_SET: (&str, &str) = ("NVTX_INJECTION64_PATH", "libcupti.so");
+
 /// Runs `body` in a fresh child process (CUPTI state, the fake's configuration and kinetrace's
 /// session are process-wide). `name` must be the test's own name.
 pub fn in_child(name: &str, env: &[(&str, &str)], body: impl FnOnce()) {

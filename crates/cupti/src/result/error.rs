@@ -1,5 +1,7 @@
 //! CUPTI result codes, named by kinetrace itself: `cuptiGetResultString` answers 999 for every code
 //! on CUPTI 13.3+ when no driver is present, so a message must not depend on it.
+//!
+//! See [`CUptiResult`](https://docs.nvidia.com/cupti/api/group__CUPTI__RESULT__API.html).
 
 use std::fmt;
 
@@ -13,12 +15,14 @@ pub const MAX_LIMIT_REACHED: CuptiError = CuptiError(12);
 pub const NOT_INITIALIZED: CuptiError = CuptiError(15);
 /// `CUPTI_ERROR_INVALID_KIND`: an incomplete record; stop reading the buffer.
 pub const INVALID_KIND: CuptiError = CuptiError(21);
+/// `CUPTI_ERROR_NOT_SUPPORTED`: the library cannot do or answer this.
+pub const NOT_SUPPORTED: CuptiError = CuptiError(27);
 /// `CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED`: another profiler holds the callback API.
 pub const MULTIPLE_SUBSCRIBERS: CuptiError = CuptiError(39);
 /// `CUPTI_ERROR_UNKNOWN`.
 pub const UNKNOWN: CuptiError = CuptiError(999);
 
-/// The `.result()` idiom: every wrapper reads `unsafe { (lib.cuptiX)(..) }.result()`.
+/// The `.result()` idiom: every wrapper in [`crate::result`] reads `unsafe { (lib.cuptiX)(..) }.result()`.
 pub trait IntoResult {
     /// `Ok(())` for `CUPTI_SUCCESS`, else the error.
     fn result(self) -> Result<(), CuptiError>;
@@ -147,6 +151,7 @@ mod tests {
         assert_eq!(CuptiError(48).name(), None);
         assert!(CuptiError(48).to_string().contains("newer"));
         assert!(CuptiError(39).to_string().contains("another profiler"));
+        assert_eq!(NOT_SUPPORTED.name(), Some("CUPTI_ERROR_NOT_SUPPORTED"));
         assert_eq!(0u32.result(), Ok(()));
         assert_eq!(15u32.result(), Err(NOT_INITIALIZED));
     }

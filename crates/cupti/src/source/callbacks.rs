@@ -1,0 +1,225 @@
+//! The `extern "C"` functions CUPTI calls (the buffer callbacks and the API callback), the two
+//! registrations that hand them to CUPTI, and the name cache for the records those buffers carry.
+//! This is the only part of the source with `unsafe`: what CUPTI passes in is raw pointers, and
+//! registering a callback is a promise about it.
+//!
+//! Every trampoline catches panics, allocates nothing and takes no lock. Results of the CUPTI
+//! calls made in here cannot be logged or stored in the source (no allocation, any thread), so
+//! failures are counted in process-wide atomics that [`callback_errors`] reads for the trace
+//! metadata.
+
+use std::cell::Cell;
+use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use kinetrace_core::recorder;
+use kinetrace_cupti_sys::v13 as sys;
+use kinetrace_cupti_sys::Cupti;
+
+use super::POOL;
+use crate::decode::{CStrNames, KINETRACE_EXTERNAL_KIND};
+use crate::result::{self, activity, CuptiError, Optional, Subscriber};
+
+/// Counts subscriptions (starts at 1). An External id pushed in an enter callback of one
+/// subscription whose exit callback never came (the window closed, and we unsubscribed, while the
+/// call ran) is popped at the thread's next enter callback of a later subscription.
+static SUBSCRIPTION: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// (subscription, External ids this thread pushed in it and has not popped yet). No destructor
+    /// and a const initialiser: free to use from CUPTI callbacks on any thread.
+    static PUSHED: Cell<(u64, u32)> = const { Cell::new((0, 0)) };
+}
+
+/// Failures of one CUPTI call made inside a callback: how many, and the last code.
+struct CallErrors {
+    count: AtomicU64,
+    last: AtomicU32,
+}
+
+impl CallErrors {
+    const fn new() -> CallErrors {
+        CallErrors {
+            count: AtomicU64::new(0),
+            last: AtomicU32::new(0),
+        }
+    }
+
+    #[inline]
+    fn note<T>(&self, r: &Result<T, CuptiError>) {
+        if let Err(e) = r {
+            self.count.fetch_add(1, Ordering::Relaxed);
+            self.last.store(e.0, Ordering::Relaxed);
+        }
+    }
+
+    fn read(&self) -> Option<(u64, CuptiError)> {
+        let n = self.count.load(Ordering::Relaxed);
+        (n > 0).then(|| (n, CuptiError(self.last.load(Ordering::Relaxed))))
+    }
+}
+
+static PUSH_ERRORS: CallErrors = CallErrors::new();
+static POP_ERRORS: CallErrors = CallErrors::new();
+
+/// Failures of the CUPTI calls made inside the API callback since the process started:
+/// `(call, times, last error)`.
+pub(super) fn callback_errors() -> Vec<(&'static str, u64, CuptiError)> {
+    let mut v = Vec::new();
+    for (call, errors) in [
+        ("cuptiActivityPushExternalCorrelationId", &PUSH_ERRORS),
+        ("cuptiActivityPopExternalCorrelationId", &POP_ERRORS),
+    ] {
+        if let Some((n, e)) = errors.read() {
+            v.push((call, n, e));
+        }
+    }
+    v
+}
+
+/// The name cache for the records CUPTI writes into the buffers [`buffer_completed`] hands over:
+/// the only records the source decodes.
+pub(super) fn names_of_completed_records() -> CStrNames {
+    // SAFETY: the name fields of CUPTI's records are null or NUL-terminated strings CUPTI keeps
+    // alive and unchanged for the life of the process (CStrNames' contract).
+    unsafe { CStrNames::new() }
+}
+
+/// Registers [`buffer_requested`] and [`buffer_completed`] with `cupti`.
+pub(super) fn register_buffer_callbacks(cupti: &Cupti) -> Result<(), CuptiError> {
+    // SAFETY: both are `extern "C"` functions with CUPTI's signatures that check their pointers,
+    // never unwind (catch_unwind) and stay valid for the life of the process.
+    unsafe { activity::register_callbacks(cupti, Some(buffer_requested), Some(buffer_completed)) }
+}
+
+/// Subscribes [`api_callback`] for the External ids, with `cupti` (which the callback pushes and
+/// pops through) as its user data. `None` when the library cannot link (no subscribe, push or pop
+/// entry point): there is nothing to hold then.
+pub(super) fn subscribe_api_callback(cupti: &'static Cupti) -> Optional<Subscriber> {
+    if cupti.cuptiActivityPushExternalCorrelationId.is_none()
+        || cupti.cuptiActivityPopExternalCorrelationId.is_none()
+    {
+        return None;
+    }
+    // SAFETY: `api_callback` has CUPTI's callback signature, is sound on any thread, checks its
+    // pointers and never unwinds; its user data is a `&'static Cupti`, valid forever.
+    let r = unsafe {
+        result::subscribe(
+            cupti,
+            Some(api_callback),
+            cupti as *const Cupti as *mut c_void,
+        )
+    };
+    if let Some(Ok(_)) = &r {
+        // Before any callback of this subscription: the domains are enabled after this. Relaxed:
+        // the value is only a tag compared for equality; a thread that still reads the old one
+        // keeps its stale ids until its next call, and pops them then.
+        SUBSCRIPTION.fetch_add(1, Ordering::Relaxed);
+    }
+    r
+}
+
+/// CUPTI's buffer request callback: a pooled buffer, never a panic.
+extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize, max_records: *mut usize) {
+    let r = catch_unwind(|| POOL.request());
+    let (ptr, len) = r.unwrap_or((std::ptr::null_mut(), 0));
+    if buffer.is_null() || size.is_null() {
+        return;
+    }
+    // SAFETY: CUPTI passes valid out-pointers (checked non-null above).
+    unsafe {
+        *buffer = ptr;
+        *size = len;
+        if !max_records.is_null() {
+            *max_records = 0;
+        }
+    }
+}
+
+/// CUPTI's buffer completion callback: hands the buffer to the decoder; no decoding, allocation or
+/// locking here.
+extern "C" fn buffer_completed(
+    context: sys::CUcontext,
+    stream: u32,
+    buffer: *mut u8,
+    _size: usize,
+    valid: usize,
+) {
+    // Context and stream are deprecated (always null and 0): every buffer is global.
+    let _ = (context, stream);
+    let _ = catch_unwind(AssertUnwindSafe(|| POOL.complete(buffer, valid)));
+}
+
+/// API enter/exit callback: pushes the enclosing kinetrace span's id as a CUSTOM2 external
+/// correlation id around each CUDA call, so the records of that call carry it. Allocation-free and
+/// lock-free.
+///
+/// A call that is running when the window closes gets no exit callback from us (we unsubscribed),
+/// so its id stays on CUPTI's per-thread stack. Each push is tagged with the subscription it was
+/// made in (in the thread's `PUSHED` and in the call's scratch word); the thread's first enter
+/// callback in a later subscription pops what is left, so old ids never label a later window's
+/// calls.
+extern "C" fn api_callback(userdata: *mut c_void, _domain: u32, _cbid: u32, cbdata: *const c_void) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        if userdata.is_null() || cbdata.is_null() {
+            return;
+        }
+        // SAFETY: `userdata` is the `&'static Cupti` passed to cuptiSubscribe; `cbdata` is the
+        // CUpti_CallbackData CUPTI passes for the runtime/driver API domains (the only ones
+        // enabled).
+        let (cupti, data) = unsafe {
+            (
+                &*(userdata as *const Cupti),
+                &*(cbdata as *const sys::CUpti_CallbackData),
+            )
+        };
+        let scratch = data.correlationData;
+        let pop = || {
+            if let Some(r) = activity::pop_external_correlation_id(cupti, KINETRACE_EXTERNAL_KIND) {
+                POP_ERRORS.note(&r);
+            }
+        };
+        let Ok((tag, depth)) = PUSHED.try_with(Cell::get) else {
+            return;
+        };
+        if data.callbackSite == sys::CUPTI_API_ENTER {
+            // Relaxed: a tag compared for equality (see `subscribe_api_callback`).
+            let now = SUBSCRIPTION.load(Ordering::Relaxed);
+            let mut depth = depth;
+            if tag != now {
+                // Pushed in an earlier subscription and never popped: not ours to keep.
+                for _ in 0..depth {
+                    pop();
+                }
+                depth = 0;
+            }
+            let pushed = match recorder::current_external_id() {
+                Some(id) => {
+                    match activity::push_external_correlation_id(cupti, KINETRACE_EXTERNAL_KIND, id)
+                    {
+                        Some(r) => {
+                            PUSH_ERRORS.note(&r);
+                            r.is_ok()
+                        }
+                        None => false,
+                    }
+                }
+                None => false,
+            };
+            let _ = PUSHED.try_with(|p| p.set((now, depth + pushed as u32)));
+            if !scratch.is_null() {
+                // SAFETY: CUPTI's per-call scratch word, valid from enter to exit of this call.
+                unsafe { *scratch = if pushed { now } else { 0 } };
+            }
+        } else if !scratch.is_null() {
+            // SAFETY: as above.
+            let pushed_in = unsafe { *scratch };
+            // Only a push of the thread's current subscription is still on the stack.
+            if pushed_in != 0 && pushed_in == tag && depth > 0 {
+                pop();
+                let _ = PUSHED.try_with(|p| p.set((tag, depth - 1)));
+            }
+        }
+    }));
+}
