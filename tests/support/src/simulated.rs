@@ -1,16 +1,17 @@
 //! A GPU that exists only in memory: an [`ActivitySource`] that turns calls like
 //! [`SimulatedGpu::launch_kernel`] into the records a real backend would produce — a runtime call on
 //! the calling thread's ring, and a kernel on a per-stream timeline delivered at flush — so the whole
-//! pipeline (rings → session → exporter) runs without a GPU. Used by tests and the demo.
+//! pipeline (rings → session → exporter) runs without a GPU. Used by tests and the demo. Only core's
+//! public API is used: `recorder::push_with` for the runtime call, [`ActivitySource`] for the rest.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::activity::*;
-use crate::clock::UnixNanos;
-use crate::intern::{intern, NameId};
-use crate::recorder::{self, CpuRecord};
-use crate::source::{ActivitySource, SourceError};
+use kinetrace_core::activity::*;
+use kinetrace_core::clock::UnixNanos;
+use kinetrace_core::intern::{intern, NameId};
+use kinetrace_core::recorder::{self, CpuRecord};
+use kinetrace_core::source::{ActivitySource, SourceError};
 
 /// Most GPU records held between flushes; more are dropped and counted.
 pub const MAX_PENDING: usize = 1 << 20;
