@@ -1043,10 +1043,33 @@ fn leftovers_of_a_killed_process_are_removed_by_the_next_one() {
     // Each process cleans up on a helper thread as it starts profiling and says what it removed;
     // waiting for that line is how the test knows a process's cleanup is over.
     let removed_by = |pid: u32, n: usize| format!("kinetrace[{pid}]: removed {n} file(s)");
+    // A pid that names no process now: one we ran and reaped.
+    let dead_pid = || {
+        let mut c = std::process::Command::new("true");
+        c.stdin(std::process::Stdio::null());
+        let job = Job::spawn(c);
+        let pid = job.id();
+        assert!(job.wait().status.success());
+        pid
+    };
+    // A dead process's control socket, for A to remove: A's line then says its cleanup is over, so
+    // the decoy made below is B's to find, not A's (a cleanup thread that ran late used to take it).
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&w.ctl)
+            .unwrap();
+        let sock = w.ctl.join(format!("{}.sock", dead_pid()));
+        drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+        assert!(sock.exists());
+    }
     // A: recording the whole run, to be killed.
     let (mut a, a_pid) = start_job(&w, 100_000, 20, &whole);
-    a.wait_until("A's spool and socket", |_| {
-        w.leftovers().iter().any(owned_by(a_pid)) && socket_of_exists(&w, a_pid)
+    a.wait_until("A's spool, socket and cleanup", |_| {
+        w.leftovers().iter().any(owned_by(a_pid))
+            && socket_of_exists(&w, a_pid)
+            && w.log_text().contains(&removed_by(a_pid, 1))
     });
     // Unfinished files end with `@{host}@{pid namespace}@{pid}.tmp`: a spool of a process that is
     // already gone (one we ran and reaped), for B to remove.
@@ -1057,15 +1080,7 @@ fn leftovers_of_a_killed_process_are_removed_by_the_next_one() {
         .and_then(|(_, o)| o.rsplit_once('@'))
         .map_or("", |(h, _)| h)
         .to_string();
-    let dead = {
-        let mut c = std::process::Command::new("true");
-        c.stdin(std::process::Stdio::null());
-        let job = Job::spawn(c);
-        let pid = job.id();
-        // Waited for and reaped: its pid names no process now.
-        assert!(job.wait().status.success());
-        pid
-    };
+    let dead = dead_pid();
     let decoy = w
         .out
         .join(format!(".decoy_{dead}.0.events@{here}@{dead}.tmp"));
