@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use kinetrace::activity::{MemcpyKind, MemoryKind};
-use kinetrace::{record_function, record_function_dyn, Profiler, Schedule, SimulatedGpu};
+use kinetrace::{record_function, record_function_dyn, Profiler, Schedule};
+use kinetrace_test_support::SimulatedGpu;
 
 fn busy(d: Duration) {
     let t = Instant::now();

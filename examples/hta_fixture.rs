@@ -74,8 +74,9 @@ use std::time::Duration;
 use kinetrace::activity::{
     Activity, ApiCall, CpuSpan, Detail, Kernel, Memcpy, MemcpyKind, MemoryKind,
 };
-use kinetrace::{intern, NameId, Profiler, SimulatedGpu, UnixNanos};
+use kinetrace::{intern, NameId, Profiler, UnixNanos};
 use kinetrace_core::recorder;
+use kinetrace_test_support::SimulatedGpu;
 
 const NS_PER_US: u64 = 1_000;
 /// Step period (µs).

@@ -20,39 +20,41 @@ let written = profiler.stop();
 println!("{written:?}");
 ```
 
-This crate is a facade: the record model, rings and session live in `kinetrace-core`, the format in
-`kinetrace-export`; backends implement [`ActivitySource`].
+The GPU is recorded by default when a supported runtime is present (CUDA, through CUPTI loaded at
+run time); elsewhere the profiler records CPU activity only and says why in one line.
+[`ProfilerBuilder::cpu_only`] opts out.
+
+This crate is what a library user needs and nothing else: [`Profiler`], the `record_function`
+guards and [`span!`], the `tracing` layer, and the types they take. The record model, rings and
+session live in `kinetrace-core`, the format in `kinetrace-export` (re-exported as [`export`]);
+backends implement [`ActivitySource`]. Profiling a job nobody edited (the preload shim, its
+environment configuration and control socket) is `kinetrace-agent`'s job, built on this crate.
 */
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
-
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
 
 pub use kinetrace_core::activity::{self, ActivitySet, ActivityType};
 pub use kinetrace_core::intern::{intern, NameId};
 pub use kinetrace_core::recorder::{Callsite, SpanGuard};
 pub use kinetrace_core::schedule::{ProfilerAction, Schedule, ScheduleError, TimeWindow};
-pub use kinetrace_core::simulated::SimulatedGpu;
+pub use kinetrace_core::session::{
+    CaptureDone, CaptureLength, CapturePlan, CaptureRefused, CaptureRequest, CaptureStart,
+    SessionStatus,
+};
 pub use kinetrace_core::{
-    ActivitySource, Session, SessionError, Sink, SinkFactory, SourceError, TraceMeta, TraceOutput,
-    UnixNanos,
+    ActivitySource, SessionError, Sink, SinkFactory, SourceError, TraceMeta, TraceOutput, UnixNanos,
 };
 pub use kinetrace_export as export;
 
-#[cfg(feature = "cupti")]
-pub use kinetrace_cupti::{CuptiConfig, CuptiSource};
-pub mod config;
-pub mod control;
-pub mod inject;
+pub mod env;
+mod gpu;
 #[cfg(feature = "tracing")]
 pub mod layer;
+mod profiler;
+
 #[cfg(feature = "tracing")]
 pub use layer::KinetraceLayer;
-
-use kinetrace_core::session::{SessionConfig, Trigger};
-use kinetrace_export::TraceDir;
+pub use profiler::{Error, Profiler, ProfilerBuilder};
 
 /// Version and git facts stamped by `build.rs`, written into trace metadata.
 pub const BUILD_INFO: &str = concat!(
@@ -61,292 +63,6 @@ pub const BUILD_INFO: &str = concat!(
     env!("KINETRACE_GIT_HASH"),
     ")"
 );
-
-/// Why a profiler could not start.
-#[derive(Debug)]
-pub enum Error {
-    /// A configuration value is malformed.
-    Config {
-        /// The key (builder method or environment variable).
-        key: String,
-        /// What was wrong and the accepted form.
-        message: String,
-    },
-    /// The session could not start.
-    Session(SessionError),
-}
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Config { key, message } => write!(f, "invalid `{key}`: {message}"),
-            Error::Session(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
-
-impl From<ScheduleError> for Error {
-    fn from(e: ScheduleError) -> Self {
-        Error::Config {
-            key: e.field.to_string(),
-            message: e.to_string(),
-        }
-    }
-}
-
-/// A running profiler. Dropping it stops recording and writes any partial cycle.
-pub struct Profiler {
-    session: Session,
-    dir: PathBuf,
-}
-
-impl Profiler {
-    /// Starts configuring a profiler.
-    pub fn builder() -> ProfilerBuilder {
-        ProfilerBuilder::default()
-    }
-
-    /// Marks a training step boundary (like `torch.profiler.profile.step()`).
-    pub fn step(&self) {
-        self.session.step()
-    }
-
-    /// The current step number.
-    pub fn step_num(&self) -> u64 {
-        self.session.step_num()
-    }
-
-    /// The schedule's current action.
-    pub fn action(&self) -> ProfilerAction {
-        self.session.action()
-    }
-
-    /// The run directory traces are written to.
-    pub fn output_dir(&self) -> &std::path::Path {
-        &self.dir
-    }
-
-    /// Traces written so far.
-    pub fn outputs(&self) -> Vec<TraceOutput> {
-        self.session.outputs()
-    }
-
-    /// Stops recording (saving a cycle in progress) and returns every trace written.
-    pub fn stop(self) -> Vec<TraceOutput> {
-        self.session.stop()
-    }
-}
-
-/// Configures a [`Profiler`].
-pub struct ProfilerBuilder {
-    activities: ActivitySet,
-    trigger: Trigger,
-    dir: Option<PathBuf>,
-    worker: Option<String>,
-    gzip: bool,
-    rank: Option<u32>,
-    world_size: Option<u32>,
-    on_trace_ready: Option<kinetrace_core::session::TraceReadyCallback>,
-    sources: Vec<Box<dyn ActivitySource>>,
-    ring_capacity: Option<usize>,
-    ring_memory_cap: Option<usize>,
-    metadata: Vec<(String, String)>,
-    log: Option<kinetrace_core::session::LogFn>,
-    errors: Vec<Error>,
-}
-
-impl Default for ProfilerBuilder {
-    fn default() -> Self {
-        ProfilerBuilder {
-            activities: ActivitySet::default_set(),
-            trigger: Trigger::Always,
-            dir: None,
-            worker: None,
-            gzip: false,
-            rank: None,
-            world_size: None,
-            on_trace_ready: None,
-            sources: Vec::new(),
-            ring_capacity: None,
-            ring_memory_cap: None,
-            metadata: Vec::new(),
-            log: None,
-            errors: Vec::new(),
-        }
-    }
-}
-
-impl ProfilerBuilder {
-    /// Which records to keep (default: Kineto's default set).
-    pub fn activities(mut self, activities: ActivitySet) -> Self {
-        self.activities = activities;
-        self
-    }
-
-    /// Records the steps `schedule` selects, one trace per cycle.
-    pub fn schedule(mut self, schedule: Schedule) -> Self {
-        if let Err(e) = schedule.validate() {
-            self.errors.push(e.into());
-        }
-        self.trigger = Trigger::Schedule(schedule);
-        self
-    }
-
-    /// Records steps `start..=end` as one trace.
-    pub fn step_range(mut self, start: u64, end: u64) -> Self {
-        match Schedule::step_range(start, end) {
-            Ok(s) => self.trigger = Trigger::Schedule(s),
-            Err(e) => self.errors.push(e.into()),
-        }
-        self
-    }
-
-    /// Records `duration` of wall time starting `delay` after start.
-    pub fn time_window(mut self, delay: Duration, duration: Duration) -> Self {
-        match TimeWindow::new(delay, duration) {
-            Ok(w) => self.trigger = Trigger::TimeWindow(w),
-            Err(e) => self.errors.push(e.into()),
-        }
-        self
-    }
-
-    /// The run directory (default: `$KINETRACE_OUTPUT_DIR`, else `./kinetrace-traces`).
-    pub fn output_dir(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.dir = Some(dir.into());
-        self
-    }
-
-    /// The worker name in file names (default `{hostname}_{pid}`).
-    pub fn worker_name(mut self, name: impl Into<String>) -> Self {
-        self.worker = Some(name.into());
-        self
-    }
-
-    /// Gzip the traces.
-    pub fn gzip(mut self, yes: bool) -> Self {
-        self.gzip = yes;
-        self
-    }
-
-    /// The distributed rank (default: `$RANK`, else `$LOCAL_RANK`).
-    pub fn rank(mut self, rank: u32) -> Self {
-        self.rank = Some(rank);
-        self
-    }
-
-    /// The world size (default: `$WORLD_SIZE`).
-    pub fn world_size(mut self, n: u32) -> Self {
-        self.world_size = Some(n);
-        self
-    }
-
-    /// Called with each trace once written (on the thread that ended the cycle).
-    pub fn on_trace_ready(mut self, f: impl FnMut(&TraceOutput) + Send + 'static) -> Self {
-        self.on_trace_ready = Some(Box::new(f));
-        self
-    }
-
-    /// Adds an activity source (a GPU backend).
-    pub fn source(mut self, source: impl ActivitySource + 'static) -> Self {
-        self.sources.push(Box::new(source));
-        self
-    }
-
-    /// Adds the NVIDIA backend (CUPTI) with default settings. On a machine without a CUDA driver or
-    /// libcupti it logs one line and the profiler records CPU events only.
-    #[cfg(feature = "cupti")]
-    pub fn cuda(self) -> Self {
-        self.source(CuptiSource::new(CuptiConfig::default()))
-    }
-
-    /// Slots in each thread's ring (default 16384). A thread that fills its ring between drains
-    /// goes on in a spare one (see [`ring_memory_cap`](Self::ring_memory_cap)).
-    pub fn ring_capacity(mut self, slots: usize) -> Self {
-        self.ring_capacity = Some(slots);
-        self
-    }
-
-    /// Bound on the memory of all threads' rings together (default 256 MiB, about 6.7 M buffered
-    /// spans). Bursts grow a thread's buffer in spare rings up to it; past it, events are dropped
-    /// and counted in the trace.
-    pub fn ring_memory_cap(mut self, bytes: usize) -> Self {
-        self.ring_memory_cap = Some(bytes);
-        self
-    }
-
-    /// Adds a top-level string metadata key to every trace.
-    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.metadata.push((key.into(), value.into()));
-        self
-    }
-
-    /// Where kinetrace's one-line messages go (default: stderr, prefixed `kinetrace: `).
-    pub fn log(mut self, f: impl Fn(&str) + Send + Sync + 'static) -> Self {
-        self.log = Some(Arc::new(f));
-        self
-    }
-
-    /// Starts the profiler.
-    pub fn start(mut self) -> Result<Profiler, Error> {
-        if let Some(e) = self.errors.drain(..).next() {
-            return Err(e);
-        }
-        let rank = match self.rank {
-            Some(r) => Some(r),
-            None => env_u32("RANK")?.or(env_u32("LOCAL_RANK")?),
-        };
-        let world_size = match self.world_size {
-            Some(w) => Some(w),
-            None => env_u32("WORLD_SIZE")?,
-        };
-        let dir = self.dir.unwrap_or_else(|| {
-            std::env::var_os("KINETRACE_OUTPUT_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from("kinetrace-traces"))
-        });
-        let mut target = TraceDir::new(&dir);
-        if let Some(w) = self.worker {
-            target.worker = w;
-        }
-        target.gzip = self.gzip;
-        let mut config = SessionConfig {
-            activities: self.activities,
-            trigger: self.trigger,
-            rank,
-            world_size,
-            metadata: self.metadata,
-            ..SessionConfig::default()
-        };
-        config
-            .metadata
-            .push(("kinetrace_build".into(), BUILD_INFO.into()));
-        if let Some(n) = self.ring_capacity {
-            config.ring_capacity = n;
-        }
-        if let Some(n) = self.ring_memory_cap {
-            config.ring_memory_cap = n;
-        }
-        if let Some(log) = self.log {
-            config.log = log;
-        }
-        let session = Session::start(config, self.sources, Box::new(target), self.on_trace_ready)
-            .map_err(Error::Session)?;
-        Ok(Profiler { session, dir })
-    }
-}
-
-fn env_u32(key: &str) -> Result<Option<u32>, Error> {
-    match std::env::var(key) {
-        Ok(v) if v.trim().is_empty() => Ok(None),
-        Ok(v) => v.trim().parse().map(Some).map_err(|_| Error::Config {
-            key: key.into(),
-            message: format!("`{v}` is not a rank; expected a non-negative integer such as 0"),
-        }),
-        Err(_) => Ok(None),
-    }
-}
 
 /// Opens a named range (a `user_annotation`, like `torch.profiler.record_function`) that ends when
 /// the guard drops. Costs one relaxed load when no profiler is recording. The name is interned the

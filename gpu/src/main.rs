@@ -35,7 +35,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use cudarc::driver::{result, sys};
-use kinetrace::{CuptiConfig, CuptiSource, ProfilerAction, Schedule};
+use kinetrace::{ProfilerAction, Schedule};
+use kinetrace_cupti::{CuptiConfig, CuptiSource};
 use serde_json::{json, Value};
 
 const KERNELS_CU: &str = include_str!("../kernels/kernels.cu");
@@ -335,9 +336,9 @@ enum Backend {
     Sim(SimGpu),
 }
 
-/// The workload's operations on `kinetrace::SimulatedGpu`: same names, streams and kernel B length.
+/// The workload's operations on `kinetrace_test_support::SimulatedGpu`: same names, streams and kernel B length.
 struct SimGpu {
-    gpu: kinetrace::SimulatedGpu,
+    gpu: kinetrace_test_support::SimulatedGpu,
     bytes: u64,
     busy_ns: u64,
 }
@@ -542,7 +543,7 @@ fn run(args: &Args) -> Result<String, String> {
     let busy_ns = args.busy_us * 1000;
     let (backend, device_name, cc, kernel_source, nvrtc_note) = if args.simulate {
         let sim = SimGpu {
-            gpu: kinetrace::SimulatedGpu::new(0),
+            gpu: kinetrace_test_support::SimulatedGpu::new(0),
             bytes: (args.elements * std::mem::size_of::<f32>()) as u64,
             busy_ns,
         };

@@ -2,6 +2,7 @@
 
 #![allow(missing_docs)]
 
+mod defaults;
 mod format;
 mod layer;
 mod pipeline;

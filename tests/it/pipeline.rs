@@ -2,7 +2,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use kinetrace::{record_function, Profiler, Schedule, SimulatedGpu};
+use kinetrace::{record_function, Profiler, Schedule};
+use kinetrace_test_support::SimulatedGpu;
 
 use crate::util::*;
 
@@ -505,4 +506,70 @@ fn recording_threads_get_named_rows() {
             && e["args"]["name"] == want.as_str()),
         "no thread_name row {want:?}"
     );
+}
+
+/// What the injected runtime uses, as a library user gets it: an on-demand profiler that counts
+/// steps from the program's own first step, captures when asked (into sinks of the request's
+/// choosing), reports its status, steps aside for another profiler and closes without joining.
+#[test]
+fn on_demand_captures_start_where_the_program_is_and_stop_after_a_step_aside() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let gpu = SimulatedGpu::new(0);
+    let prof = Profiler::builder()
+        .on_demand()
+        .first_step(10)
+        .output_dir(dir.path())
+        .source(gpu.clone())
+        .start()
+        .unwrap();
+    assert_eq!(prof.step_num(), 10);
+    workload(&gpu);
+    prof.step();
+    assert!(
+        trace_files(dir.path()).is_empty(),
+        "on demand records nothing by itself"
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut request = kinetrace::CaptureRequest::new(
+        kinetrace::CaptureStart::NextStep,
+        kinetrace::CaptureLength::Steps(2),
+    );
+    request.on_done = Some(Box::new(move |r| {
+        let _ = tx.send(r);
+    }));
+    let plan = prof.request_capture(request).unwrap();
+    assert_eq!(
+        plan,
+        kinetrace::CapturePlan::Steps {
+            first: 12,
+            last: 13
+        }
+    );
+    assert_eq!(prof.status().capture, Some(plan));
+    for _ in 0..4 {
+        workload(&gpu);
+        prof.step();
+    }
+    let written = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the capture ends within the deadline")
+        .expect("the capture wrote a trace");
+    let t = load(written.path.as_ref().unwrap());
+    assert_eq!(step_names(&t), vec!["ProfilerStep#12", "ProfilerStep#13"]);
+    prof.step_aside("another profiler took over");
+    let again = kinetrace::CaptureRequest::new(
+        kinetrace::CaptureStart::NextStep,
+        kinetrace::CaptureLength::Steps(1),
+    );
+    assert!(matches!(
+        prof.request_capture(again),
+        Err(kinetrace::CaptureRefused::SteppedAside(_))
+    ));
+    assert_eq!(
+        prof.status().stepped_aside.as_deref(),
+        Some("another profiler took over")
+    );
+    assert_eq!(prof.close().len(), 1);
+    assert_eq!(prof.stop().len(), 1);
 }

@@ -2,7 +2,12 @@
 
 use std::path::Path;
 
-/// (package, kinetrace packages it may depend on).
+/// (package, kinetrace packages it may depend on: normal and build dependencies).
+///
+/// The direction: core ← export ← analysis; core, cupti-sys ← cupti; the facade (`kinetrace`) →
+/// core, export, cupti; the injected-process runtime (`kinetrace-agent`) → facade (+ core, export);
+/// the shim (`kinetrace-preload`) → agent only; the cli → agent, facade, analysis (+ core, export).
+/// Nothing depends on cli or preload, and only tests depend on the test doubles.
 const ALLOWED: &[(&str, &[&str])] = &[
     ("kinetrace-core", &[]),
     ("kinetrace-export", &["kinetrace-core"]),
@@ -13,6 +18,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "kinetrace-cli",
         &[
+            "kinetrace-agent",
             "kinetrace",
             "kinetrace-analysis",
             "kinetrace-export",
@@ -23,18 +29,68 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "kinetrace",
         &["kinetrace-core", "kinetrace-export", "kinetrace-cupti"],
     ),
+    (
+        "kinetrace-agent",
+        &["kinetrace", "kinetrace-core", "kinetrace-export"],
+    ),
     ("kinetrace-cupti-sys", &[]),
     (
         "kinetrace-cupti",
         &["kinetrace-core", "kinetrace-cupti-sys"],
     ),
     ("kinetrace-fake-cupti", &["kinetrace-cupti-sys"]),
-    // The shim holds entry points only; everything else is the facade's.
-    ("kinetrace-preload", &["kinetrace"]),
+    // The shim holds entry points only; everything else is the agent's.
+    ("kinetrace-preload", &["kinetrace-agent"]),
+    // Test doubles and helpers: below the facade, so every crate's tests may use them.
+    (
+        "kinetrace-test-support",
+        &["kinetrace-core", "kinetrace-export"],
+    ),
 ];
 
-#[test]
-fn dependencies_point_the_right_way() {
+/// (package, what its tests, examples and benches may use besides [`ALLOWED`]): test doubles and
+/// crates below or beside it, never one that depends on it.
+const DEV_ALLOWED: &[(&str, &[&str])] = &[
+    // Core and export sit below the test support crate, so their tests cannot use it.
+    ("kinetrace-core", &[]),
+    ("kinetrace-export", &[]),
+    ("kinetrace-analysis", &["kinetrace-test-support"]),
+    ("kinetrace-cli", &["kinetrace-test-support"]),
+    (
+        "kinetrace",
+        &["kinetrace-test-support", "kinetrace-fake-cupti"],
+    ),
+    ("kinetrace-agent", &["kinetrace-test-support"]),
+    ("kinetrace-cupti-sys", &["kinetrace-fake-cupti"]),
+    (
+        "kinetrace-cupti",
+        &["kinetrace-test-support", "kinetrace-fake-cupti"],
+    ),
+    ("kinetrace-fake-cupti", &[]),
+    (
+        "kinetrace-preload",
+        &[
+            "kinetrace-test-support",
+            "kinetrace-fake-cupti",
+            "kinetrace-core",
+            "kinetrace-export",
+        ],
+    ),
+    ("kinetrace-test-support", &[]),
+];
+
+fn table<'a>(t: &'a [(&str, &'a [&'a str])], name: &str) -> &'a [&'a str] {
+    t.iter()
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| {
+            panic!("package {name} has no entry in ALLOWED and DEV_ALLOWED: add one stating what it may depend on")
+        })
+        .1
+}
+
+/// The workspace's kinetrace packages with their kinetrace dependencies: (package, dependency, kind)
+/// where kind is `normal`, `dev` or `build`.
+fn kinetrace_edges() -> Vec<(String, String, String)> {
     let mut metadata = std::process::Command::new(env!("CARGO"));
     metadata
         .args([
@@ -52,30 +108,89 @@ fn dependencies_point_the_right_way() {
         String::from_utf8_lossy(&out.stderr)
     );
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let mut checked = 0;
+    let mut edges = Vec::new();
     for pkg in meta["packages"].as_array().unwrap() {
         let name = pkg["name"].as_str().unwrap();
         if !name.starts_with("kinetrace") {
             continue;
         }
-        let allowed = ALLOWED
-            .iter()
-            .find(|(n, _)| *n == name)
-            .unwrap_or_else(|| {
-                panic!(
-                    "package {name} has no entry in ALLOWED: add one stating what it may depend on"
-                )
-            })
-            .1;
+        // A package with no kinetrace dependency still has to be in the tables.
+        edges.push((name.to_string(), String::new(), String::new()));
         for dep in pkg["dependencies"].as_array().unwrap() {
             let d = dep["name"].as_str().unwrap();
-            if d.starts_with("kinetrace") && dep["kind"].is_null() {
-                assert!(allowed.contains(&d), "{name} must not depend on {d}");
+            if d.starts_with("kinetrace") {
+                let kind = dep["kind"].as_str().unwrap_or("normal");
+                edges.push((name.to_string(), d.to_string(), kind.to_string()));
             }
         }
-        checked += 1;
     }
-    assert!(checked >= 3);
+    edges
+}
+
+/// Whether `from` reaches `to` through normal and build dependencies.
+fn reaches(edges: &[(String, String, String)], from: &str, to: &str) -> bool {
+    let mut seen = vec![from.to_string()];
+    let mut i = 0;
+    while i < seen.len() {
+        let here = seen[i].clone();
+        for (p, d, k) in edges {
+            if *p == here && !d.is_empty() && k != "dev" && !seen.contains(d) {
+                seen.push(d.clone());
+            }
+        }
+        i += 1;
+    }
+    seen.iter().skip(1).any(|p| p == to)
+}
+
+#[test]
+fn dependencies_point_the_right_way() {
+    let edges = kinetrace_edges();
+    let mut packages: Vec<&str> = edges.iter().map(|(p, _, _)| p.as_str()).collect();
+    packages.dedup();
+    for (name, dep, kind) in &edges {
+        let (normal, dev) = (table(ALLOWED, name), table(DEV_ALLOWED, name));
+        if dep.is_empty() {
+            continue;
+        }
+        match kind.as_str() {
+            "dev" => {
+                assert!(
+                    normal.contains(&dep.as_str()) || dev.contains(&dep.as_str()),
+                    "{name}'s tests must not depend on {dep} (dev-dependency); use kinetrace-test-support or a crate below {name}"
+                );
+                // Never up: a dev edge to a crate that itself depends on this one.
+                assert!(
+                    !reaches(&edges, dep, name),
+                    "{name}'s tests depend on {dep}, which depends on {name}: a dev-dependency pointing up"
+                );
+            }
+            _ => assert!(
+                normal.contains(&dep.as_str()),
+                "{name} must not depend on {dep} ({kind} dependency)"
+            ),
+        }
+    }
+    // Nothing depends on the cli or the shim, and only tests use the test doubles.
+    for (name, dep, kind) in &edges {
+        assert!(
+            !matches!(dep.as_str(), "kinetrace-cli" | "kinetrace-preload"),
+            "{name} depends on {dep}"
+        );
+        if matches!(
+            dep.as_str(),
+            "kinetrace-test-support" | "kinetrace-fake-cupti"
+        ) {
+            assert_eq!(
+                kind, "dev",
+                "{name} depends on the test double {dep} outside its tests"
+            );
+        }
+    }
+    assert!(packages.len() >= 3, "{packages:?}");
+    // The "up" check sees through the graph: the facade reaches cupti, not the other way round.
+    assert!(reaches(&edges, "kinetrace-preload", "kinetrace-cupti"));
+    assert!(!reaches(&edges, "kinetrace-cupti", "kinetrace"));
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {

@@ -9,7 +9,7 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use kinetrace::config::{Config, WINDOW_ENV_KEYS};
+use kinetrace_agent::config::{Config, Window, WINDOW_ENV_KEYS};
 
 use crate::signals::Forwarder;
 
@@ -193,7 +193,7 @@ impl RecordArgs {
         child.extend(set.iter().cloned());
         let mut disabled = None;
         match Config::from_vars(&child, |p| std::fs::read_to_string(p)) {
-            Ok(c) if c.window == kinetrace::config::Window::OnDemand && !chose_window => {
+            Ok(c) if c.window == Window::OnDemand && !chose_window => {
                 set.push(("KINETRACE_WHOLE_RUN".into(), "1".into()));
             }
             Ok(_) => {}
@@ -449,7 +449,7 @@ fn report(plan: &RecordPlan) {
     traces.sort();
     // Only the unfinished files of processes that are gone: one that outlived the command (started
     // in the background) is still writing its trace.
-    let removed = match kinetrace::control::effective_uid() {
+    let removed = match kinetrace_agent::control::effective_uid() {
         Some(uid) => kinetrace::export::writer::remove_abandoned(&plan.run_dir, uid, &|pid| {
             !Path::new(&format!("/proc/{pid}")).exists()
         })

@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use kinetrace::config::{default_control_dir, parse_duration};
-use kinetrace::control::{self, CaptureLength, CaptureSpec, Reply, Request};
+use kinetrace_agent::config::parse_duration;
+use kinetrace_agent::control::{
+    self, default_control_dir, CaptureLength, CaptureSpec, Reply, Request,
+};
 
 pub const TRIGGER_AFTER_HELP: &str = "\
 Processes profiled by kinetrace (kinetrace record, LD_PRELOAD or CUDA_INJECTION64_PATH) listen on

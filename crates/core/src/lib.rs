@@ -18,7 +18,6 @@ pub mod recorder;
 pub mod ring;
 pub mod schedule;
 pub mod session;
-pub mod simulated;
 pub mod source;
 
 pub use activity::*;

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use kinetrace::{ActivitySet, ActivityType, Schedule};
+use kinetrace_core::schedule::Schedule;
+use kinetrace_core::{ActivitySet, ActivityType};
 use kinetrace_cupti::{CuptiConfig, CuptiSource};
 use kinetrace_cupti_sys::v13;
 

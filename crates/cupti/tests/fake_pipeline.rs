@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use kinetrace::{ActivitySet, Profiler};
+use kinetrace_core::ActivitySet;
 use kinetrace_cupti::{CuptiConfig, CuptiSource};
 use serde_json::Value;
 
@@ -57,7 +57,7 @@ struct SyncIds {
 fn scenario(fake: &Fake) -> (Vec<u32>, Vec<u32>, SyncIds) {
     let mut outer_ids = Vec::new();
     let mut inner_ids = Vec::new();
-    let _outer = kinetrace::record_function("outer");
+    let _outer = annotation("outer");
     for i in 0..N {
         for s in STREAMS {
             let c = fake.kernel(&format!("gemm_{}", i % 3), s);
@@ -67,7 +67,7 @@ fn scenario(fake: &Fake) -> (Vec<u32>, Vec<u32>, SyncIds) {
         }
     }
     {
-        let _inner = kinetrace::record_function("inner");
+        let _inner = annotation("inner");
         for i in N / 2..N {
             let _ = i;
         }
@@ -135,13 +135,7 @@ fn run_scenario(file_name: &str, version: &str) {
     assert_eq!(info.api_version.to_string(), version);
     let out = dir.path().join("traces");
     let log = Log::default();
-    let profiler = Profiler::builder()
-        .source(source)
-        .activities(ActivitySet::all())
-        .output_dir(&out)
-        .log(log.sink())
-        .start()
-        .unwrap();
+    let profiler = trace_session(vec![Box::new(source)], ActivitySet::all(), &out, &log);
     let (outer_ids, inner_ids, sync_ids) = scenario(&fake);
     let written = profiler.stop();
     assert_eq!(written.len(), 1);
@@ -495,15 +489,14 @@ fn survives(
     tweak(&mut cfg);
     let out = dir.path().join("traces");
     let log = Log::default();
-    let profiler = Profiler::builder()
-        .source(CuptiSource::new(cfg))
-        .activities(ActivitySet::all())
-        .output_dir(&out)
-        .log(log.sink())
-        .start()
-        .unwrap();
+    let profiler = trace_session(
+        vec![Box::new(CuptiSource::new(cfg))],
+        ActivitySet::all(),
+        &out,
+        &log,
+    );
     {
-        let _s = kinetrace::record_function("work");
+        let _s = annotation("work");
         for i in 0..100 {
             fake.kernel("k", STREAMS[i % 2]);
         }
@@ -708,12 +701,12 @@ fn flood(file: &str) {
     cfg.max_buffer_bytes = 16 * 4096;
     let out = dir.path().join("traces");
     let log = Log::default();
-    let profiler = Profiler::builder()
-        .source(CuptiSource::new(cfg))
-        .output_dir(&out)
-        .log(log.sink())
-        .start()
-        .unwrap();
+    let profiler = trace_session(
+        vec![Box::new(CuptiSource::new(cfg))],
+        ActivitySet::default_set(),
+        &out,
+        &log,
+    );
     const FLOOD: usize = 20_000;
     for i in 0..FLOOD {
         fake.kernel("flood", STREAMS[i % 2]);
@@ -786,13 +779,12 @@ fn struct_size_mismatch_refuses_the_kind() {
             let mut cfg = config(&lib);
             cfg.log = Some(std::sync::Arc::new(log.sink()));
             let out = dir.path().join("traces");
-            let profiler = Profiler::builder()
-                .source(CuptiSource::new(cfg))
-                .activities(ActivitySet::all())
-                .output_dir(&out)
-                .log(log.sink())
-                .start()
-                .unwrap();
+            let profiler = trace_session(
+                vec![Box::new(CuptiSource::new(cfg))],
+                ActivitySet::all(),
+                &out,
+                &log,
+            );
             for i in 0..10 {
                 fake.kernel("k", STREAMS[i % 2]);
             }
@@ -837,13 +829,12 @@ fn devices_known_when_cuda_was_initialised_before_profiling() {
             fake.memcpy(10, 3, 3, 4096, 7); // creates context 2 (device 1)
             let out = dir.path().join("traces");
             let log = Log::default();
-            let profiler = Profiler::builder()
-                .source(CuptiSource::new(config(&lib)))
-                .activities(ActivitySet::all())
-                .output_dir(&out)
-                .log(log.sink())
-                .start()
-                .unwrap();
+            let profiler = trace_session(
+                vec![Box::new(CuptiSource::new(config(&lib)))],
+                ActivitySet::all(),
+                &out,
+                &log,
+            );
             fake.kernel("k", 7);
             let c = fake.sync_on(3, 21, u32::MAX, 2);
             profiler.stop();

@@ -8,7 +8,6 @@ mod common;
 use std::path::PathBuf;
 
 use common::*;
-use kinetrace::Profiler;
 use kinetrace_cupti::{CuptiConfig, CuptiSource, Release};
 use kinetrace_cupti_sys::Cupti;
 
@@ -134,14 +133,14 @@ fn turns_off_without_driver(lib: PathBuf) {
     assert!(reason.starts_with("no CUDA driver"), "{reason}");
     let dir = tempfile::tempdir().unwrap();
     let log = Log::default();
-    let p = Profiler::builder()
-        .source(source)
-        .output_dir(dir.path())
-        .log(log.sink())
-        .start()
-        .unwrap();
+    let p = trace_session(
+        vec![Box::new(source)],
+        kinetrace_core::ActivitySet::default_set(),
+        dir.path(),
+        &log,
+    );
     {
-        let _s = kinetrace::record_function("work");
+        let _s = annotation("work");
     }
     assert_eq!(p.stop().len(), 1);
     let lines = log.lines();
@@ -182,9 +181,9 @@ fn real_12_9_with_a_stand_in_driver_fails_cleanly_by_name() {
             });
             let info = source.library_info().expect("loads").clone();
             assert_eq!((info.api_version, info.release), (28, Release::V12_9));
-            use kinetrace::ActivitySource;
+            use kinetrace_core::ActivitySource;
             let e = source
-                .enable(kinetrace::ActivitySet::default())
+                .enable(kinetrace_core::ActivitySet::default())
                 .unwrap_err();
             assert!(e.message.contains("CUPTI_ERROR_NOT_INITIALIZED"), "{e}");
             source.flush(&mut |_| panic!("no records without a GPU"));
@@ -202,7 +201,7 @@ fn real_12_9_timestamps_are_in_the_unix_domain() {
         let mut ts = 0u64;
         // SAFETY: (test) valid out-pointer.
         assert_eq!(unsafe { f(&mut ts) }, 0);
-        let ours = kinetrace::UnixNanos::now().0;
+        let ours = kinetrace_core::UnixNanos::now().0;
         assert!(
             ours.abs_diff(ts) < 50_000_000,
             "cupti {ts} vs kinetrace {ours}"

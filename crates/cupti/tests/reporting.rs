@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use kinetrace::{ActivitySet, ActivityType, Profiler};
 use kinetrace_core::source::ActivitySource;
+use kinetrace_core::{ActivitySet, ActivityType};
 use kinetrace_cupti::{CuptiConfig, CuptiError, CuptiSource};
 use serde_json::Value;
 
@@ -33,15 +33,14 @@ fn window(file: &str, activities: ActivitySet, kernels: usize) -> (Value, Vec<St
     let fake = Fake::open(&lib);
     let out = dir.path().join("traces");
     let log = Log::default();
-    let profiler = Profiler::builder()
-        .source(CuptiSource::new(config(&lib)))
-        .activities(activities)
-        .output_dir(&out)
-        .log(log.sink())
-        .start()
-        .unwrap();
+    let profiler = trace_session(
+        vec![Box::new(CuptiSource::new(config(&lib)))],
+        activities,
+        &out,
+        &log,
+    );
     {
-        let _s = kinetrace::record_function("work");
+        let _s = annotation("work");
         for _ in 0..kernels {
             fake.kernel("k", 7);
         }

@@ -9,7 +9,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use kinetrace::{ActivitySet, ActivityType, Profiler, Schedule};
+use kinetrace_core::schedule::Schedule;
+use kinetrace_core::{ActivitySet, ActivityType};
 use kinetrace_cupti::{CuptiConfig, CuptiSource};
 
 const MULTIPLE_SUBSCRIBERS: u32 = 39;
@@ -39,7 +40,7 @@ fn window(session: &kinetrace_core::Session, work: impl FnOnce()) {
 
 /// Ten kernels inside a span.
 fn work(fake: &Fake) {
-    let _s = kinetrace::record_function("work");
+    let _s = annotation("work");
     for _ in 0..10 {
         fake.kernel("k", 7);
     }
@@ -184,12 +185,12 @@ fn the_subscriber_is_released_exactly_once() {
             let before = fake.stats();
             let mut cfg = config(&lib);
             cfg.finalize_on_drop = finalize;
-            let profiler = Profiler::builder()
-                .source(CuptiSource::new(cfg))
-                .output_dir(dir.path().join(format!("traces-{finalize}")))
-                .log(|_| {})
-                .start()
-                .unwrap();
+            let profiler = trace_session(
+                vec![Box::new(CuptiSource::new(cfg))],
+                ActivitySet::default_set(),
+                &dir.path().join(format!("traces-{finalize}")),
+                &Log::default(),
+            );
             fake.kernel("k", 7);
             assert_eq!(fake.stats().subscribed, 1);
             profiler.stop();
@@ -229,7 +230,7 @@ fn an_unpopped_external_id_does_not_outlive_its_window() {
                 &log,
             );
             {
-                let _old = kinetrace::record_function("old");
+                let _old = annotation("old");
                 fake.kernel("k", 7);
                 // The window ends while this thread is inside a CUDA call.
                 let mut first = Some(first);
@@ -319,13 +320,12 @@ fn logging_survives_a_broken_stderr() {
             let dir = tempfile::tempdir().unwrap();
             let lib = fake_as(dir.path(), "libcupti.so.13");
             let fake = Fake::open(&lib);
-            let profiler = Profiler::builder()
-                .source(CuptiSource::new(config(&lib)))
-                .activities(ActivitySet::all())
-                .output_dir(dir.path().join("traces"))
-                .log(|_| {})
-                .start()
-                .unwrap();
+            let profiler = trace_session(
+                vec![Box::new(CuptiSource::new(config(&lib)))],
+                ActivitySet::all(),
+                &dir.path().join("traces"),
+                &Log::default(),
+            );
             fake.memcpy(1, 1, 3, 1024, 7);
             assert_eq!(profiler.stop().len(), 1);
             println!("survived");

@@ -6,7 +6,7 @@ constructor then points `CUDA_INJECTION64_PATH` at itself if that is unset) or n
 This crate holds only the C entry points and the few libc calls the safe facade cannot make
 (`atexit`, `pthread_atfork`, `sigaction`, `setenv`, `dladdr`, `SO_PEERCRED`, and the signal mask
 around stderr writes so a closed pipe cannot raise SIGPIPE). Every entry point is wrapped in
-`catch_unwind` and forwards to `kinetrace::inject`, where the behaviour lives: dormant until CUDA
+`catch_unwind` and forwards to `kinetrace-agent`, where the behaviour lives: dormant until CUDA
 initialises or a step is reported, then one session per process. The constructor installs a panic
 hook that turns a panic of kinetrace code into one log line (nothing on the job's stderr).
 

@@ -17,7 +17,7 @@
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::panic::catch_unwind;
 
-use facade::inject;
+use kinetrace_agent as agent;
 
 /// `NVTX_ETID_CALLBACKS`.
 const ETID_CALLBACKS: u32 = 1;
@@ -85,7 +85,7 @@ pub unsafe extern "C" fn InitializeInjectionNvtx2(
     get_export_table: Option<GetExportTable>,
 ) -> c_int {
     let _ = catch_unwind(|| {
-        if !inject::nvtx_attach() {
+        if !agent::nvtx_attach() {
             return;
         }
         let Some(get) = get_export_table else { return };
@@ -168,7 +168,7 @@ unsafe fn attach(
 }
 
 fn on_message(message: &str) {
-    crate::shim::install_after(inject::nvtx_range(message));
+    crate::shim::install_after(agent::nvtx_range(message));
 }
 
 /// # Safety

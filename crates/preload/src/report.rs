@@ -4,11 +4,11 @@
 
 use std::ffi::c_void;
 
-use facade::inject;
+use kinetrace_agent as agent;
 
 /// Installs both (from the constructor).
 pub(crate) fn install() {
-    inject::set_stderr_writer(write_stderr);
+    agent::set_stderr_writer(write_stderr);
     // This library has its own copy of the standard library, so the hook sees only panics of
     // kinetrace code, never the job's (a Rust job keeps its own hook).
     std::panic::set_hook(Box::new(|info| {
@@ -18,7 +18,7 @@ pub(crate) fn install() {
             .copied()
             .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
             .unwrap_or("a panic without a message");
-        inject::panicked(message, info.location().map(|l| (l.file(), l.line())));
+        agent::panicked(message, info.location().map(|l| (l.file(), l.line())));
     }));
 }
 

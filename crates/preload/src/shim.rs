@@ -7,7 +7,7 @@ use std::panic::catch_unwind;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use facade::inject;
+use kinetrace_agent as agent;
 
 /// Runs when the library is loaded (`LD_PRELOAD`, the driver's `dlopen`, or `ctypes`).
 #[used]
@@ -18,9 +18,9 @@ extern "C" fn on_load() {
     let _ = catch_unwind(|| {
         let me = own_path();
         if let Some(me) = &me {
-            inject::set_library_path(me.clone());
+            agent::set_library_path(me.clone());
         }
-        inject::set_peer_uid(peer_uid);
+        agent::set_peer_uid(peer_uid);
         crate::report::install();
         let unset = |name: &str| std::env::var_os(name).is_none_or(|v| v.is_empty());
         let me = me.and_then(|p| CString::new(p.into_os_string().into_encoded_bytes()).ok());
@@ -90,11 +90,11 @@ fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
 static ATEXIT_DONE: AtomicBool = AtomicBool::new(false);
 
 /// Installs what a call that started profiling asked for.
-pub(crate) fn install_after(what: inject::Install) {
+pub(crate) fn install_after(what: agent::Install) {
     install(what)
 }
 
-fn install(what: inject::Install) {
+fn install(what: agent::Install) {
     if what.atexit && !ATEXIT_DONE.swap(true, Ordering::AcqRel) {
         // SAFETY: registers a plain `extern "C"` function that never unwinds.
         unsafe { libc::atexit(on_exit) };
@@ -105,7 +105,7 @@ fn install(what: inject::Install) {
         // SAFETY: querying the current disposition (null new action).
         unsafe { libc::sigaction(libc::SIGUSR2, std::ptr::null(), &mut old) };
         if old.sa_sigaction != libc::SIG_DFL {
-            inject::log("KINETRACE_SIGNAL is on but the job handles SIGUSR2 itself; the signal trigger is off");
+            agent::log("KINETRACE_SIGNAL is on but the job handles SIGUSR2 itself; the signal trigger is off");
             return;
         }
         // SAFETY: as above, zeroed is valid; the handler only stores an atomic (async-signal-safe).
@@ -118,12 +118,12 @@ fn install(what: inject::Install) {
 }
 
 extern "C" fn on_exit() {
-    let _ = catch_unwind(inject::at_exit);
+    let _ = catch_unwind(agent::at_exit);
 }
 
 extern "C" fn atfork_child() {
     let _ = catch_unwind(|| {
-        if let Some(fd) = inject::after_fork_child() {
+        if let Some(fd) = agent::after_fork_child() {
             // SAFETY: the descriptor is the control socket this process opened; the child never uses
             // its copy (the listening thread does not exist here) and nothing else owns it.
             unsafe { libc::close(fd) };
@@ -132,7 +132,7 @@ extern "C" fn atfork_child() {
 }
 
 extern "C" fn on_sigusr2(_signal: c_int) {
-    let _ = catch_unwind(inject::signal_received);
+    let _ = catch_unwind(agent::signal_received);
 }
 
 /// The CUDA driver's injection entry point, called once during the first `cuInit` when
@@ -140,7 +140,7 @@ extern "C" fn on_sigusr2(_signal: c_int) {
 /// fail CUDA initialisation.
 #[no_mangle]
 pub extern "C" fn InitializeInjection() -> c_int {
-    let _ = catch_unwind(|| install(inject::cuda_initializing()));
+    let _ = catch_unwind(|| install(agent::cuda_initializing()));
     1
 }
 
@@ -148,13 +148,13 @@ pub extern "C" fn InitializeInjection() -> c_int {
 /// this process on first use if CUDA has not already. Cheap when the process is not profiling.
 #[no_mangle]
 pub extern "C" fn kinetrace_step() {
-    let _ = catch_unwind(|| install(inject::step()));
+    let _ = catch_unwind(|| install(agent::step()));
 }
 
 /// 1 while this process profiles, else 0.
 #[no_mangle]
 pub extern "C" fn kinetrace_is_active() -> c_int {
-    catch_unwind(inject::is_running).unwrap_or(false) as c_int
+    catch_unwind(agent::is_running).unwrap_or(false) as c_int
 }
 
 type RegisterCallbacks = unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32;
@@ -176,7 +176,7 @@ pub unsafe extern "C" fn cuptiActivityRegisterCallbacks(
     request: *mut c_void,
     completed: *mut c_void,
 ) -> u32 {
-    let _ = catch_unwind(inject::foreign_cupti_client);
+    let _ = catch_unwind(agent::foreign_cupti_client);
     let real = catch_unwind(real_register).ok().flatten();
     match real {
         // SAFETY: `f` is libcupti's own cuptiActivityRegisterCallbacks, called with the caller's
@@ -203,7 +203,7 @@ fn real_register() -> Option<RegisterCallbacks> {
             .map(PathBuf::from)
             .into_iter()
             .collect();
-        names.extend(inject::loaded_cupti_paths(&maps));
+        names.extend(agent::loaded_cupti_paths(&maps));
         names.extend(["libcupti.so.13", "libcupti.so.12", "libcupti.so.11.8"].map(PathBuf::from));
         for path in names {
             let Ok(c) = CString::new(path.into_os_string().into_encoded_bytes()) else {

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use facade::control::{self, CaptureSpec, Request};
+use kinetrace_agent::control::{self, CaptureSpec, Request};
 use kinetrace_core::session::CaptureLength;
 
 /// Runs `c` and returns (stdout, stderr, exit code).
@@ -584,6 +584,84 @@ fn a_malformed_setting_turns_profiling_off_with_one_message() {
     );
 }
 
+/// `RANK`, `LOCAL_RANK` and `WORLD_SIZE` go through the same parser as the library's: a malformed
+/// `WORLD_SIZE` turns profiling off with one line naming it (it used to be dropped silently, so
+/// the trace claimed no world size while the job had one).
+#[test]
+fn a_malformed_world_size_turns_profiling_off_with_one_message() {
+    let w = World::new();
+    let (out, err, code) = train(
+        &w,
+        4,
+        &[],
+        &[
+            ("KINETRACE_WHOLE_RUN", "1"),
+            ("RANK", "0"),
+            ("WORLD_SIZE", "eight"),
+        ],
+    );
+    assert_eq!(
+        (out.as_str(), err.as_str(), code),
+        ("fake_train: done 4 steps\n", "", Some(0))
+    );
+    assert_eq!(
+        w.log_text().lines().collect::<Vec<_>>(),
+        vec![format!(
+            "kinetrace[{}]: WORLD_SIZE: `eight` is not a world size; expected an integer >= 1 such \
+             as 8; profiling is off in this process (the job runs normally)",
+            log_pid(&w)
+        )]
+    );
+    assert!(w.traces().is_empty(), "{:?}", w.traces());
+    // A valid one reaches the trace.
+    let w = World::new();
+    train(
+        &w,
+        2,
+        &[],
+        &[
+            ("KINETRACE_WHOLE_RUN", "1"),
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+        ],
+    );
+    let t = only_trace(&w);
+    assert_eq!(t.rank(), Some(1));
+    assert_eq!(t.json["distributedInfo"]["world_size"], 2);
+}
+
+/// The pid in the first log line (`kinetrace[PID]: ...`).
+fn log_pid(w: &World) -> String {
+    let log = w.log_text();
+    log.strip_prefix("kinetrace[")
+        .and_then(|s| s.split(']').next())
+        .unwrap_or_else(|| panic!("no log line: {log:?}"))
+        .to_string()
+}
+
+/// One log channel: the GPU backend's own warnings go to `KINETRACE_LOG` like every other line,
+/// never to the job's stderr (they used to bypass it).
+#[test]
+fn gpu_backend_messages_go_to_the_kinetrace_log() {
+    let w = World::new();
+    let mut c = w.preloaded(fake_train(), &["3", "--cuda"]);
+    // Markers asked for without NVTX injection: CUPTI's source says so when the window opens.
+    c.env("KINETRACE_WHOLE_RUN", "1")
+        .env("KINETRACE_ACTIVITIES", "kernel,cuda_runtime,marker")
+        .env_remove("NVTX_INJECTION64_PATH");
+    let (out, err, code) = outcome(c);
+    assert_eq!(
+        (out.as_str(), err.as_str(), code),
+        ("fake_train: done 3 steps\n", "", Some(0))
+    );
+    let log = w.log_text();
+    assert!(
+        log.contains("cupti: markers were asked for, but NVTX_INJECTION64_PATH is unset"),
+        "{log}"
+    );
+    assert_eq!(only_trace(&w).kernels(), 6);
+}
+
 #[test]
 fn an_unwritable_output_directory_is_reported_and_the_job_completes() {
     let w = World::new();
@@ -691,9 +769,9 @@ fn a_cupti_takeover_makes_kinetrace_step_aside_and_keeps_its_trace_whole() {
 /// copied where it can reach it (see [`World::for_another_user`]).
 #[test]
 fn triggers_from_another_user_are_refused() {
-    if facade::control::effective_uid() != Some(0) {
+    if control::effective_uid() != Some(0) {
         // The other user cannot be impersonated; the 0700/peer checks are also covered by
-        // facade::control's unit tests. CI runs as root, so there this is a failure.
+        // kinetrace-agent's control unit tests. CI runs as root, so there this is a failure.
         assert!(
             std::env::var("CI").as_deref() != Ok("true"),
             "CI=true but not root: the two-user scenario cannot run"
@@ -908,8 +986,9 @@ fn a_panic_inside_kinetrace_stays_off_the_jobs_stderr() {
     let log = w.log_text();
     assert_eq!(log.lines().count(), 1, "{log}");
     assert!(
-        log.contains("internal error: test hook: _KINETRACE_TEST_PANIC=start at src/inject.rs:")
-            && log.contains("profiling stops in this process"),
+        log.contains(
+            "internal error: test hook: _KINETRACE_TEST_PANIC=start at crates/agent/src/start.rs:"
+        ) && log.contains("profiling stops in this process"),
         "{log}"
     );
     // The session being started when the panic struck was dropped, which saved what it had (no
@@ -937,8 +1016,9 @@ fn a_panic_inside_kinetrace_stays_off_the_jobs_stderr() {
     let log = w.log_text();
     assert_eq!(log.lines().count(), 1, "{log}");
     assert!(
-        log.contains("internal error: test hook: _KINETRACE_TEST_PANIC=step at src/inject.rs:")
-            && log.contains("profiling continues"),
+        log.contains(
+            "internal error: test hook: _KINETRACE_TEST_PANIC=step at crates/agent/src/process.rs:"
+        ) && log.contains("profiling continues"),
         "{log}"
     );
     let t = only_trace(&w);
@@ -963,10 +1043,33 @@ fn leftovers_of_a_killed_process_are_removed_by_the_next_one() {
     // Each process cleans up on a helper thread as it starts profiling and says what it removed;
     // waiting for that line is how the test knows a process's cleanup is over.
     let removed_by = |pid: u32, n: usize| format!("kinetrace[{pid}]: removed {n} file(s)");
+    // A pid that names no process now: one we ran and reaped.
+    let dead_pid = || {
+        let mut c = std::process::Command::new("true");
+        c.stdin(std::process::Stdio::null());
+        let job = Job::spawn(c);
+        let pid = job.id();
+        assert!(job.wait().status.success());
+        pid
+    };
+    // A dead process's control socket, for A to remove: A's line then says its cleanup is over, so
+    // the decoy made below is B's to find, not A's (a cleanup thread that ran late used to take it).
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&w.ctl)
+            .unwrap();
+        let sock = w.ctl.join(format!("{}.sock", dead_pid()));
+        drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+        assert!(sock.exists());
+    }
     // A: recording the whole run, to be killed.
     let (mut a, a_pid) = start_job(&w, 100_000, 20, &whole);
-    a.wait_until("A's spool and socket", |_| {
-        w.leftovers().iter().any(owned_by(a_pid)) && socket_of_exists(&w, a_pid)
+    a.wait_until("A's spool, socket and cleanup", |_| {
+        w.leftovers().iter().any(owned_by(a_pid))
+            && socket_of_exists(&w, a_pid)
+            && w.log_text().contains(&removed_by(a_pid, 1))
     });
     // Unfinished files end with `@{host}@{pid namespace}@{pid}.tmp`: a spool of a process that is
     // already gone (one we ran and reaped), for B to remove.
@@ -977,15 +1080,7 @@ fn leftovers_of_a_killed_process_are_removed_by_the_next_one() {
         .and_then(|(_, o)| o.rsplit_once('@'))
         .map_or("", |(h, _)| h)
         .to_string();
-    let dead = {
-        let mut c = std::process::Command::new("true");
-        c.stdin(std::process::Stdio::null());
-        let job = Job::spawn(c);
-        let pid = job.id();
-        // Waited for and reaped: its pid names no process now.
-        assert!(job.wait().status.success());
-        pid
-    };
+    let dead = dead_pid();
     let decoy = w
         .out
         .join(format!(".decoy_{dead}.0.events@{here}@{dead}.tmp"));

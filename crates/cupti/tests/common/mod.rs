@@ -1,147 +1,23 @@
-//! Shared helpers: child-process isolation, the fake library, trace loading.
-#![allow(dead_code)]
+//! Shared helpers: the fake library's control entry points and sessions recording into memory.
+//! Child-process isolation, the fake's path, trace loading and the log collector come from
+//! `kinetrace-test-support`.
+#![allow(dead_code, unused_imports)] // each test binary uses its own part
 
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
-/// How long a child test process may run before it is killed and the test fails with its output.
-/// Generous: CI runs on a loaded 2-core machine.
-pub const CHILD_DEADLINE: Duration = Duration::from_secs(120);
+pub use kinetrace_test_support::fake::{fake_as, fake_cupti as fake_library};
+pub use kinetrace_test_support::process::{
+    in_child, in_child_with_broken_stderr, in_child_within, CHILD_DEADLINE,
+};
+pub use kinetrace_test_support::trace::{events, load_only_trace as load_trace, x};
+pub use kinetrace_test_support::{annotation, trace_session, Log};
 
 /// For tests that ask for markers and count the log's lines: with NVTX injection set, the source
 /// has no reason to explain how to get markers, a line that would otherwise reach the session's log
 /// (`subscriber.rs` tests that line). The value only has to be set; nothing here loads it.
 pub const NVTX_SET: (&str, &str) = ("NVTX_INJECTION64_PATH", "libcupti.so");
-
-/// Runs `body` in a fresh child process (CUPTI state, the fake's configuration and kinetrace's
-/// session are process-wide). `name` must be the test's own name.
-pub fn in_child(name: &str, env: &[(&str, &str)], body: impl FnOnce()) {
-    in_child_within(name, env, CHILD_DEADLINE, body)
-}
-
-/// [`in_child`] with another deadline.
-pub fn in_child_within(name: &str, env: &[(&str, &str)], deadline: Duration, body: impl FnOnce()) {
-    if is_child(name) {
-        body();
-        return;
-    }
-    let (status, text) = run_child(name, env, ChildStderr::Captured, deadline);
-    assert!(status.success(), "child {name} failed ({status}):\n{text}");
-    assert!(
-        text.contains("1 passed"),
-        "child {name} ran no test:\n{text}"
-    );
-}
-
-/// Like [`in_child`], but the child's standard error is a pipe whose reading end is closed at once,
-/// so every write to it fails (a full disk or a closed pipe, as a job's stderr can be).
-pub fn in_child_with_broken_stderr(name: &str, env: &[(&str, &str)], body: impl FnOnce()) {
-    if is_child(name) {
-        body();
-        return;
-    }
-    let (status, text) = run_child(name, env, ChildStderr::Broken, CHILD_DEADLINE);
-    assert!(status.success(), "child {name} failed ({status}):\n{text}");
-    assert!(
-        text.contains("1 passed"),
-        "child {name} ran no test:\n{text}"
-    );
-}
-
-fn is_child(name: &str) -> bool {
-    std::env::var("KINETRACE_CUPTI_TEST_CHILD").as_deref() == Ok(name)
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum ChildStderr {
-    Captured,
-    Broken,
-}
-
-/// Re-runs this test binary for test `name` only, and returns its status and output (stdout, then
-/// stderr). Fails the test with the output seen so far if the child outlives `limit`.
-fn run_child(
-    name: &str,
-    env: &[(&str, &str)],
-    stderr: ChildStderr,
-    limit: Duration,
-) -> (ExitStatus, String) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env("KINETRACE_CUPTI_TEST_CHILD", name)
-        // Whether markers can be recorded is each test's own choice, not the environment's.
-        .env_remove("NVTX_INJECTION64_PATH")
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn the test binary");
-    let out = collect(child.stdout.take());
-    let err = match stderr {
-        ChildStderr::Captured => collect(child.stderr.take()),
-        ChildStderr::Broken => {
-            // Closing our end makes every write the child makes to stderr fail (EPIPE; Rust
-            // programs ignore SIGPIPE).
-            drop(child.stderr.take());
-            Arc::new(Mutex::new(Vec::new()))
-        }
-    };
-    let text = |out: &Arc<Mutex<Vec<u8>>>, err: &Arc<Mutex<Vec<u8>>>| {
-        format!(
-            "{}\n{}",
-            String::from_utf8_lossy(&out.lock().unwrap()),
-            String::from_utf8_lossy(&err.lock().unwrap())
-        )
-    };
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "child {name} still running after {limit:?}; killed. Output so far:\n{}",
-                    text(&out, &err)
-                );
-            }
-            Err(e) => panic!("waiting for child {name}: {e}"),
-        }
-    };
-    // The child has exited; its pipes reach end of file unless it left a process behind holding
-    // them, so give the readers a bounded moment to finish.
-    let settle = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < settle && (Arc::strong_count(&out) > 1 || Arc::strong_count(&err) > 1) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    (status, text(&out, &err))
-}
-
-/// Reads `pipe` to its end on a thread, into a buffer the caller can look at any time.
-fn collect(pipe: Option<impl Read + Send + 'static>) -> Arc<Mutex<Vec<u8>>> {
-    let buf = Arc::new(Mutex::new(Vec::new()));
-    if let Some(mut pipe) = pipe {
-        let b = buf.clone();
-        std::thread::spawn(move || {
-            let mut chunk = [0u8; 8192];
-            loop {
-                match pipe.read(&mut chunk) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => b.lock().unwrap().extend_from_slice(&chunk[..n]),
-                }
-            }
-            drop(b);
-        });
-    }
-    buf
-}
 
 /// Waits until `done()` holds, failing with `what()` after `deadline`.
 pub fn wait_until(deadline: Duration, mut done: impl FnMut() -> bool, what: impl Fn() -> String) {
@@ -154,31 +30,6 @@ pub fn wait_until(deadline: Duration, mut done: impl FnMut() -> bool, what: impl
         );
         std::thread::sleep(Duration::from_millis(2));
     }
-}
-
-/// The fake libcupti built as a dev-dependency.
-pub fn fake_library() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    for p in [
-        deps.join("libkinetrace_fake_cupti.so"),
-        deps.join("../libkinetrace_fake_cupti.so"),
-    ] {
-        if p.exists() {
-            return p;
-        }
-    }
-    panic!(
-        "libkinetrace_fake_cupti.so not found next to {}; build kinetrace-fake-cupti",
-        exe.display()
-    );
-}
-
-/// Links the fake under a CUPTI file name in a temp dir (the name is the SONAME fallback).
-pub fn fake_as(dir: &Path, file_name: &str) -> PathBuf {
-    let p = dir.join(file_name);
-    std::os::unix::fs::symlink(fake_library(), &p).unwrap();
-    p
 }
 
 /// The fake's control entry points, resolved from the same (already loaded) file.
@@ -401,66 +252,11 @@ impl Fake {
     }
 }
 
-/// Collects the profiler's one-line messages.
-#[derive(Clone, Default)]
-pub struct Log(pub Arc<Mutex<Vec<String>>>);
-
-impl Log {
-    pub fn sink(&self) -> impl Fn(&str) + Send + Sync + 'static {
-        let l = self.0.clone();
-        move |m: &str| l.lock().unwrap().push(m.to_string())
-    }
-    pub fn lines(&self) -> Vec<String> {
-        self.0.lock().unwrap().clone()
-    }
-}
-
-pub fn load_trace(dir: &Path) -> Value {
-    let mut files: Vec<PathBuf> = walk(dir)
-        .into_iter()
-        .filter(|p| p.to_string_lossy().ends_with(".pt.trace.json"))
-        .collect();
-    files.sort();
-    assert_eq!(
-        files.len(),
-        1,
-        "expected one trace in {}: {files:?}",
-        dir.display()
-    );
-    serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap()
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                out.extend(walk(&p));
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out
-}
-
-pub fn events(trace: &Value) -> &Vec<Value> {
-    trace["traceEvents"].as_array().expect("traceEvents")
-}
-
-pub fn x<'a>(trace: &'a Value, cat: &'a str) -> Vec<&'a Value> {
-    events(trace)
-        .iter()
-        .filter(|e| e["ph"] == "X" && e["cat"] == cat)
-        .collect()
-}
-
 /// What one window's sink received.
 #[derive(Clone, Debug, Default)]
 pub struct WindowSeen {
     /// Records by type.
-    pub by_type: std::collections::HashMap<kinetrace::ActivityType, u64>,
+    pub by_type: std::collections::HashMap<kinetrace_core::ActivityType, u64>,
     /// Records from the GPU source (everything but CPU spans and annotations).
     pub gpu: u64,
     /// Runtime API records: (correlation, External id).
@@ -474,7 +270,7 @@ pub struct WindowSeen {
 }
 
 impl WindowSeen {
-    pub fn of(&self, t: kinetrace::ActivityType) -> u64 {
+    pub fn of(&self, t: kinetrace_core::ActivityType) -> u64 {
         self.by_type.get(&t).copied().unwrap_or(0)
     }
     pub fn meta(&self, key: &str) -> Option<&str> {
@@ -512,7 +308,7 @@ struct RecordingSink {
 
 impl kinetrace_core::Sink for RecordingSink {
     fn record(&mut self, a: &kinetrace_core::Activity) -> std::io::Result<()> {
-        use kinetrace::ActivityType as T;
+        use kinetrace_core::ActivityType as T;
         let mut all = self.all.0.lock().unwrap();
         let w = &mut all[self.index];
         let t = a.activity_type();
@@ -566,8 +362,8 @@ pub fn recording_sinks() -> (Box<dyn kinetrace_core::SinkFactory>, Windows) {
 /// window from start to stop) and the collector polling every `collect_interval`.
 pub fn session(
     source: kinetrace_cupti::CuptiSource,
-    activities: kinetrace::ActivitySet,
-    schedule: Option<kinetrace::Schedule>,
+    activities: kinetrace_core::ActivitySet,
+    schedule: Option<kinetrace_core::schedule::Schedule>,
     collect_interval: Duration,
     log: &Log,
 ) -> (kinetrace_core::Session, Windows) {

@@ -1,16 +1,17 @@
 //! A GPU that exists only in memory: an [`ActivitySource`] that turns calls like
 //! [`SimulatedGpu::launch_kernel`] into the records a real backend would produce — a runtime call on
-//! the calling thread's ring, and a kernel on a per-stream timeline delivered at flush — so the whole
-//! pipeline (rings → session → exporter) runs without a GPU. Used by tests and the demo.
+//! the calling thread and a kernel on a per-stream timeline, both delivered when the session polls
+//! or flushes, as CUPTI delivers them — so the whole pipeline (sources → session → exporter) runs
+//! without a GPU. Used by tests and the demo. Only core's public API is used.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::activity::*;
-use crate::clock::UnixNanos;
-use crate::intern::{intern, NameId};
-use crate::recorder;
-use crate::source::{ActivitySource, SourceError};
+use kinetrace_core::activity::*;
+use kinetrace_core::clock::UnixNanos;
+use kinetrace_core::intern::{intern, NameId};
+use kinetrace_core::recorder;
+use kinetrace_core::source::{ActivitySource, SourceError};
 
 /// Most GPU records held between flushes; more are dropped and counted.
 pub const MAX_PENDING: usize = 1 << 20;

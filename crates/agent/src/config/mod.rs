@@ -67,7 +67,8 @@ pub enum Window {
     Schedule(Schedule),
 }
 
-/// Which processes of a job profile, by `RANK` (else `LOCAL_RANK`, else 0).
+/// Which processes of a job profile, by rank (`RANK`, else `LOCAL_RANK`, else 0; see
+/// `kinetrace::env::Distributed`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ranks(pub Vec<(u32, u32)>);
 
@@ -236,18 +237,17 @@ pub const KINETO_UNSUPPORTED: [&str; 4] = [
 ];
 
 /// `KINETRACE_*` variables that other kinetrace tools and tests read; the profiler ignores them.
-pub const NOT_PROFILER_KEYS: [&str; 12] = [
+pub const NOT_PROFILER_KEYS: [&str; 11] = [
     "KINETRACE_PRELOAD_PATH",
     "KINETRACE_BIN",
     "KINETRACE_GIT_HASH",
     "KINETRACE_DEMO",
-    "KINETRACE_CUPTI_TEST_CHILD",
+    "KINETRACE_TEST_CHILD",
     "KINETRACE_CUPTI_WHEELS",
     "KINETRACE_CUPTI_REGEN",
     "KINETRACE_UPDATE_GOLDEN",
     "KINETRACE_HTA_FIXTURE",
     "KINETRACE_ALLOW_MISSING_TRACES",
-    "KINETRACE_PRELOAD_TEST_CHILD",
     "KINETRACE_BLESS",
 ];
 
@@ -300,25 +300,8 @@ impl Config {
         Config::from_vars(&vars, |p| std::fs::read_to_string(p))
     }
 
-    // `from_vars` (the layering of file and environment) is in load.rs.
-
-    /// This process's rank as `KINETRACE_RANKS` matches it: `RANK`, else `LOCAL_RANK`, else 0. A
-    /// malformed value is an error naming the variable.
-    pub fn process_rank(vars: &[(String, String)]) -> Result<u32, ConfigError> {
-        for key in ["RANK", "LOCAL_RANK"] {
-            if let Some((_, v)) = vars.iter().rev().find(|(k, _)| k == key) {
-                if v.trim().is_empty() {
-                    continue;
-                }
-                return v.trim().parse().map_err(|_| ConfigError {
-                    key: key.into(),
-                    origin: Origin::Env,
-                    message: format!("`{v}` is not a rank; expected an integer >= 0 such as 0"),
-                });
-            }
-        }
-        Ok(0)
-    }
+    // `from_vars` (the layering of file and environment) is in load.rs. `RANK`, `LOCAL_RANK` and
+    // `WORLD_SIZE` are the launcher's, read by `kinetrace::env::Distributed`.
 
     /// The socket directory: `control_dir`, else `/tmp/kinetrace-<uid>`.
     pub fn control_dir_or_default(&self) -> PathBuf {
@@ -326,8 +309,4 @@ impl Config {
     }
 }
 
-/// `/tmp/kinetrace-<uid>`: where `kinetrace trigger` looks by default.
-pub fn default_control_dir() -> PathBuf {
-    let uid = crate::control::effective_uid().unwrap_or(0);
-    PathBuf::from(format!("/tmp/kinetrace-{uid}"))
-}
+pub use crate::control::default_control_dir;

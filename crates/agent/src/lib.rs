@@ -1,0 +1,61 @@
+/*!
+kinetrace's injected-process runtime: what profiles a job nobody edited. The preload shim
+(`libkinetrace.so`, crate `kinetrace-preload`) holds only C entry points and forwards each to a
+function here; `kinetrace record` and `kinetrace trigger` (crate `kinetrace-cli`) use the
+configuration table and the control client.
+
+The life of a process ([`state`] draws it):
+
+- **Dormant** from load until CUDA initialises ([`cuda_initializing`], from the driver's call of
+  `InitializeInjection`) or the job reports a step ([`step`], from the optimizer hook or an
+  explicit call). A process that does neither (a shell, a launcher, a compiler) never reads the
+  configuration, starts no thread and writes nothing.
+- **Running**: the configuration ([`config`]) is read, ranks not selected go **Off** quietly, a
+  malformed configuration goes Off with one message. Otherwise a [`kinetrace::Profiler`] starts,
+  built through the public `ProfilerBuilder` like any library user's (with the GPU backend once
+  CUDA is up), the configured window is applied, and the control socket ([`control`]) listens
+  for `kinetrace trigger`.
+- **Forked**: a child forked from a running (or starting) process keeps nothing: no capture, no
+  flush, no file (its copy of the parent's locks may be held), even if it initialises CUDA. A
+  child of a dormant process (a launcher, a worker pool made before CUDA) never starts at a step
+  (multiprocessing workers report none of their own, and may leave with `os._exit`): only
+  initialising CUDA itself starts it, and then rank selection applies as usual. Exec'd children
+  start afresh.
+- At exit ([`at_exit`]) a capture in progress is saved within [`EXIT_BUDGET`]; past it the
+  unfinished files are removed and the process exits anyway, leaving no partial trace.
+- Starting also removes, on a helper thread, what processes of the same user on this host left
+  when they were killed or left with `_exit` (spools, temporary traces, control sockets).
+- If another CUPTI client takes over ([`foreign_cupti_client`]) or another tool is injected,
+  kinetrace steps aside with one message.
+
+Nothing here may change the job's behaviour: every line goes through one log function ([`log()`],
+which the profiler is given too), which ignores write errors (the shim's stderr writer also keeps a
+closed pipe from raising SIGPIPE), and a panic in kinetrace code is reported as one line by the
+shim's panic hook ([`panicked`]), never on the job's stderr; a panic while starting turns profiling
+off for good.
+
+Files: `process.rs` (the process state and the entry points), `state.rs` (phases and the pure
+transition function), `start.rs` (configuration → profiler), `serve.rs` (the control thread and
+requests), `cleanup.rs` (what killed processes left), `log.rs` (the log channel and panics),
+`config/` (the key table and parser), `control/` (protocol, server, client, path confinement).
+*/
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod cleanup;
+pub mod config;
+pub mod control;
+mod log;
+mod process;
+mod serve;
+mod start;
+pub mod state;
+
+pub use log::{log, panicked, StderrWriter};
+pub use process::{
+    after_fork_child, at_exit, cuda_initializing, foreign_cupti_client, is_running, nvtx_attach,
+    nvtx_range, set_library_path, set_peer_uid, set_stderr_writer, signal_received, step, Install,
+    EXIT_BUDGET,
+};
+pub use serve::SubmitError;
+pub use start::{loaded_cupti_paths, no_cuda_message, StartError};

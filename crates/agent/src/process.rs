@@ -1,0 +1,354 @@
+//! The process-wide state and the entry points the shim forwards to.
+//!
+//! Everything the process holds is in one place, [`PROCESS`]: the phase (see [`crate::state`]),
+//! the running profiler once started, and the few flags and values the shim's handlers need
+//! without taking a lock (signal handlers and the atfork child handler may only touch atomics).
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use kinetrace::Profiler;
+use kinetrace_core::recorder;
+use kinetrace_core::session::LogFn;
+
+use crate::config::{glob_matches, Config};
+use crate::control::PeerUid;
+use crate::log::{fallback_log, on_panic, StderrWriter, STOPS};
+use crate::start::{env_vars, start};
+use crate::state::{Event, Outcome, Phase, PhaseCell};
+
+/// How long exit may spend saving a capture in progress.
+pub const EXIT_BUDGET: Duration = Duration::from_secs(2);
+
+/// The running profiler and what serving it needs.
+pub(crate) struct Running {
+    /// Never dropped (it lives in a static): the GPU backend is not finalized while CUDA tears down
+    /// at exit, which is not safe; [`at_exit`] closes it instead.
+    pub profiler: Profiler,
+    pub config: Config,
+    pub log: LogFn,
+    /// The trace root (absolute).
+    pub root: PathBuf,
+    pub worker: String,
+    /// Tells the control thread to end (Relaxed: a flag).
+    pub stop: Arc<AtomicBool>,
+    /// The control socket, removed at exit.
+    pub control_path: Mutex<Option<PathBuf>>,
+}
+
+/// What the embedding (the shim) supplies, once, from its constructor.
+pub(crate) struct Embedding {
+    /// The shim's own file, so `CUDA_INJECTION64_PATH` naming it is recognised.
+    pub self_path: OnceLock<PathBuf>,
+    /// How to read a control peer's user id (`SO_PEERCRED`).
+    pub peer_uid: OnceLock<PeerUid>,
+    /// How to write to stderr without SIGPIPE.
+    pub stderr: OnceLock<StderrWriter>,
+}
+
+/// The process's state. Orderings: the phase uses Acquire/Release (see [`PhaseCell`]) so that
+/// whoever sees Running sees `running`; every other atomic is a counter or a flag with no data
+/// attached (Relaxed).
+pub(crate) struct Process {
+    pub phase: PhaseCell,
+    /// Serialises starting (and adding the GPU backend to a running profiler).
+    pub start_lock: Mutex<()>,
+    pub running: OnceLock<Running>,
+    /// Steps reported before the profiler started.
+    pub steps_before_start: AtomicU64,
+    /// Set by the SIGUSR2 handler, taken by the control thread.
+    pub sigusr2: AtomicBool,
+    /// Another CUPTI client registered callbacks.
+    pub foreign_client: AtomicBool,
+    /// The control socket's descriptor, for the fork child to close (-1: none).
+    pub listener_fd: AtomicI32,
+    /// `KINETRACE_STEP_NVTX`, read when the first NVTX instance attaches (`None`: NVTX marks
+    /// nothing).
+    pub nvtx_pattern: OnceLock<Option<String>>,
+    /// A range matching the pattern was seen.
+    pub nvtx_seen: AtomicBool,
+    /// Test hook `_KINETRACE_TEST_PANIC=step`: panic once, at the next step.
+    pub test_panic_at_step: AtomicBool,
+    pub embedding: Embedding,
+}
+
+pub(crate) static PROCESS: Process = Process {
+    phase: PhaseCell::new(),
+    start_lock: Mutex::new(()),
+    running: OnceLock::new(),
+    steps_before_start: AtomicU64::new(0),
+    sigusr2: AtomicBool::new(false),
+    foreign_client: AtomicBool::new(false),
+    listener_fd: AtomicI32::new(-1),
+    nvtx_pattern: OnceLock::new(),
+    nvtx_seen: AtomicBool::new(false),
+    test_panic_at_step: AtomicBool::new(false),
+    embedding: Embedding {
+        self_path: OnceLock::new(),
+        peer_uid: OnceLock::new(),
+        stderr: OnceLock::new(),
+    },
+};
+
+/// What the shim must install after a call that started the profiler.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Install {
+    /// Register the exit handler (once per process).
+    pub atexit: bool,
+    /// Install the SIGUSR2 handler (`KINETRACE_SIGNAL` is on).
+    pub sigusr2: bool,
+}
+
+/// The shim's own file (found with `dladdr`), so `CUDA_INJECTION64_PATH` naming it is recognised.
+pub fn set_library_path(path: PathBuf) {
+    let _ = PROCESS.embedding.self_path.set(path);
+}
+
+/// How the control socket reads a peer's user id (the shim supplies `SO_PEERCRED`).
+pub fn set_peer_uid(f: PeerUid) {
+    let _ = PROCESS.embedding.peer_uid.set(f);
+}
+
+/// How log lines reach stderr (the shim supplies one that keeps a closed pipe from raising
+/// SIGPIPE, which would kill a C job that left it at its default).
+pub fn set_stderr_writer(f: StderrWriter) {
+    let _ = PROCESS.embedding.stderr.set(f);
+}
+
+fn running() -> Option<&'static Running> {
+    PROCESS.running.get()
+}
+
+/// The driver is initialising CUDA (`InitializeInjection`): start profiling with the GPU backend,
+/// or add it to a profiler a step started.
+pub fn cuda_initializing() -> Install {
+    ensure_started(Event::CudaInitializing)
+}
+
+/// A step boundary (the end of an optimizer step / training iteration).
+pub fn step() -> Install {
+    match PROCESS.phase.get() {
+        Phase::Forked | Phase::Off => return Install::default(),
+        Phase::Child => {
+            // Counted, so that numbering stays right if the child initialises CUDA later.
+            PROCESS.steps_before_start.fetch_add(1, Ordering::Relaxed);
+            return Install::default();
+        }
+        Phase::Running => {
+            if let Some(r) = running() {
+                r.profiler.step();
+            }
+            if PROCESS.test_panic_at_step.load(Ordering::Relaxed)
+                && PROCESS.test_panic_at_step.swap(false, Ordering::Relaxed)
+            {
+                panic!("test hook: _KINETRACE_TEST_PANIC=step");
+            }
+            return Install::default();
+        }
+        Phase::Dormant | Phase::Starting => {}
+    }
+    let install = ensure_started(Event::Step);
+    match running() {
+        Some(r) if PROCESS.phase.get() == Phase::Running => r.profiler.step(),
+        _ => {
+            PROCESS.steps_before_start.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    install
+}
+
+/// An NVTX instance is initialising its injection (`InitializeInjectionNvtx2`): whether NVTX ranges
+/// mark steps here (`KINETRACE_STEP_NVTX`), so the shim attaches its range callbacks. Reads the
+/// configuration once per process; a malformed one is reported now (one message, profiling off).
+pub fn nvtx_attach() -> bool {
+    let pattern = PROCESS.nvtx_pattern.get_or_init(|| {
+        match Config::from_vars(&env_vars(), |p| std::fs::read_to_string(p)) {
+            Ok(c) => c.step_nvtx,
+            Err(_) => {
+                // Starting fails the same way and says why, once.
+                let _ = ensure_started(Event::Step);
+                None
+            }
+        }
+    });
+    pattern.is_some() && !matches!(PROCESS.phase.get(), Phase::Forked | Phase::Off)
+}
+
+/// An NVTX range was pushed or started with this message. If it matches `KINETRACE_STEP_NVTX` it
+/// marks a step boundary: the first match begins step 0 (starting profiling if nothing has), each
+/// later one ends the current step and begins the next, so `ProfilerStep#N` is the N-th matching
+/// range, 0-based, the numbering the optimizer hook gives iterations.
+pub fn nvtx_range(message: &str) -> Install {
+    let Some(Some(pattern)) = PROCESS.nvtx_pattern.get() else {
+        return Install::default();
+    };
+    if !glob_matches(pattern, message) {
+        return Install::default();
+    }
+    if PROCESS.nvtx_seen.swap(true, Ordering::Relaxed) {
+        step()
+    } else {
+        ensure_started(Event::Step)
+    }
+}
+
+/// Whether this process is profiling (running, not forked off).
+pub fn is_running() -> bool {
+    PROCESS.phase.get() == Phase::Running
+}
+
+/// The atfork child handler: a child of a running (or starting) process profiles nothing; a child
+/// of a dormant one only if it initialises CUDA itself. Returns the control socket's descriptor for
+/// the shim to close. Only atomics are touched (async-signal-safe).
+pub fn after_fork_child() -> Option<i32> {
+    match PROCESS.phase.apply(Event::ForkChild) {
+        (Phase::Running | Phase::Starting, Phase::Forked) => {
+            recorder::set_active(false);
+            let fd = PROCESS.listener_fd.swap(-1, Ordering::Relaxed);
+            (fd >= 0).then_some(fd)
+        }
+        _ => None,
+    }
+}
+
+/// The SIGUSR2 handler: only sets a flag the control thread polls (async-signal-safe).
+pub fn signal_received() {
+    PROCESS.sigusr2.store(true, Ordering::Relaxed);
+}
+
+/// Another CUPTI client (torch.profiler's Kineto, another tool) registered activity callbacks: end
+/// any capture now and never enable CUPTI again in this process, with one message.
+pub fn foreign_cupti_client() {
+    if PROCESS.foreign_client.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let (_, now) = PROCESS.phase.apply(Event::StepAside);
+    if now != Phase::Running {
+        // A later start sees the flag and does not profile.
+        return;
+    }
+    if let Some(r) = running() {
+        let why = "another CUPTI client (torch.profiler or another tool) took over CUPTI";
+        (r.log)(&format!("{why}; kinetrace steps aside in this process"));
+        r.profiler.step_aside(why);
+    }
+}
+
+/// Process exit: save a capture in progress within [`EXIT_BUDGET`], remove the control socket.
+pub fn at_exit() {
+    if PROCESS.phase.get() != Phase::Running {
+        return;
+    }
+    let Some(r) = running() else { return };
+    r.stop.store(true, Ordering::Relaxed);
+    if let Some(p) = r
+        .control_path
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+    {
+        let _ = std::fs::remove_file(p);
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("kinetrace-exit".into())
+        .spawn(move || {
+            on_panic("the capture in progress is not saved", || {
+                // Test hook (outside the KINETRACE_ key space on purpose): a slow save, so the exit
+                // budget can be tested without depending on how fast this machine writes.
+                if let Some(ms) = std::env::var("_KINETRACE_TEST_EXIT_DELAY_MS")
+                    .ok()
+                    .and_then(|v| v.parse::<u64>().ok())
+                {
+                    std::thread::sleep(Duration::from_millis(ms));
+                }
+                let written = r.profiler.close();
+                let _ = tx.send(written);
+            })
+        });
+    let gave_up = match spawned {
+        Err(_) => Some("could not start saving the capture in progress at exit".to_string()),
+        Ok(_) => match rx.recv_timeout(EXIT_BUDGET) {
+            Ok(_) => None,
+            Err(RecvTimeoutError::Timeout) => Some(format!(
+                "gave up saving the capture in progress after {} s at exit",
+                EXIT_BUDGET.as_secs()
+            )),
+            // The save panicked (the panic hook said where).
+            Err(RecvTimeoutError::Disconnected) => {
+                Some("saving the capture in progress failed at exit".to_string())
+            }
+        },
+    };
+    if let Some(why) = gave_up {
+        // The save may still be writing: its spool and temporary trace go now, and nothing is
+        // renamed into place after this, so what the line says stays true.
+        kinetrace::export::writer::abandon_unfinished();
+        (r.log)(&format!(
+            "{why}; its unfinished files were removed and no trace file was left"
+        ));
+    }
+    PROCESS.phase.apply(Event::Exit);
+}
+
+/// Starts profiling if `event` (CUDA initialising, or a step) starts it in this phase; adds the GPU
+/// backend to a running profiler when CUDA initialises.
+fn ensure_started(event: Event) -> Install {
+    let with_cuda = event == Event::CudaInitializing;
+    if !matches!(
+        crate::state::next(PROCESS.phase.get(), event),
+        Phase::Starting | Phase::Running
+    ) {
+        return Install::default();
+    }
+    let _guard = PROCESS.start_lock.lock().unwrap_or_else(|e| e.into_inner());
+    // Under the lock the phase is not Starting (only a holder of the lock sets it and leaves it).
+    let (before, after) = PROCESS.phase.apply(event);
+    match (before, after) {
+        (Phase::Running, _) => {
+            if let Some(r) = running() {
+                if with_cuda {
+                    r.profiler.add_gpu();
+                }
+            }
+            return Install::default();
+        }
+        (Phase::Dormant | Phase::Child, Phase::Starting) => {}
+        _ => return Install::default(),
+    }
+    // A panic here (reported by the panic hook) turns profiling off for good: starting again at
+    // every step would start and drop a profiler each time.
+    let started = on_panic(STOPS, || {
+        catch_unwind(AssertUnwindSafe(|| start(with_cuda)))
+    });
+    let (outcome, install) = match started {
+        Ok(Ok(Some(r))) => {
+            let sigusr2 = r.config.signal.is_some();
+            let listen = r.config.control || sigusr2;
+            let _ = PROCESS.running.set(r);
+            if let Some(r) = running() {
+                if listen {
+                    crate::serve::start_control(r);
+                }
+                crate::cleanup::start_cleanup(r);
+            }
+            let install = Install {
+                atexit: true,
+                sigusr2,
+            };
+            (Outcome::Started, install)
+        }
+        Ok(Ok(None)) => (Outcome::NotProfiling, Install::default()),
+        Err(_) => (Outcome::Panicked, Install::default()),
+        Ok(Err(e)) => {
+            fallback_log(&e.to_string());
+            (Outcome::Failed, Install::default())
+        }
+    };
+    PROCESS.phase.apply(Event::StartFinished(outcome));
+    install
+}

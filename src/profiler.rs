@@ -1,0 +1,445 @@
+//! [`Profiler`] and its builder.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kinetrace_core::schedule::{ProfilerAction, Schedule, ScheduleError, TimeWindow};
+use kinetrace_core::session::{
+    CapturePlan, CaptureRefused, CaptureRequest, LogFn, SessionConfig, SessionStatus,
+    TraceReadyCallback, Trigger,
+};
+use kinetrace_core::{ActivitySet, ActivitySource, Session, SessionError, TraceOutput};
+use kinetrace_export::TraceDir;
+
+use crate::env::{Distributed, EnvError};
+use crate::gpu::{self, GpuSettings};
+use crate::BUILD_INFO;
+
+/// Why a profiler could not start.
+#[derive(Debug)]
+pub enum Error {
+    /// A builder setting is malformed.
+    Config {
+        /// The builder method (or schedule field).
+        key: String,
+        /// What was wrong and the accepted form.
+        message: String,
+    },
+    /// A launcher variable (`RANK`, `LOCAL_RANK`, `WORLD_SIZE`) is malformed.
+    Env(EnvError),
+    /// The session could not start.
+    Session(SessionError),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Config { key, message } => write!(f, "invalid `{key}`: {message}"),
+            Error::Env(e) => e.fmt(f),
+            Error::Session(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Config { .. } => None,
+            Error::Env(e) => Some(e),
+            Error::Session(e) => Some(e),
+        }
+    }
+}
+
+impl From<ScheduleError> for Error {
+    fn from(e: ScheduleError) -> Self {
+        Error::Config {
+            key: e.field.to_string(),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<EnvError> for Error {
+    fn from(e: EnvError) -> Self {
+        Error::Env(e)
+    }
+}
+
+/// A running profiler. Dropping it stops recording and writes any partial cycle.
+pub struct Profiler {
+    session: Session,
+    dir: PathBuf,
+    gpu: GpuSettings,
+    /// The GPU backend was added (at start or by [`Profiler::add_gpu`]). Relaxed: it only keeps a
+    /// second backend from being added; the session's own lock orders the additions.
+    gpu_added: AtomicBool,
+    log: LogFn,
+}
+
+impl Profiler {
+    /// Starts configuring a profiler.
+    pub fn builder() -> ProfilerBuilder {
+        ProfilerBuilder::default()
+    }
+
+    /// Marks a training step boundary (like `torch.profiler.profile.step()`).
+    pub fn step(&self) {
+        self.session.step()
+    }
+
+    /// The current step number.
+    pub fn step_num(&self) -> u64 {
+        self.session.step_num()
+    }
+
+    /// The schedule's current action.
+    pub fn action(&self) -> ProfilerAction {
+        self.session.action()
+    }
+
+    /// The run directory traces are written to.
+    pub fn output_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Traces written so far.
+    pub fn outputs(&self) -> Vec<TraceOutput> {
+        self.session.outputs()
+    }
+
+    /// Asks for a capture now (on-demand profiling, e.g. from a signal or an admin endpoint):
+    /// refused while another is pending or in progress, while the trigger records by itself, after
+    /// [`step_aside`](Self::step_aside) and while stopping. The plan says what will be recorded.
+    pub fn request_capture(&self, request: CaptureRequest) -> Result<CapturePlan, CaptureRefused> {
+        self.session.request_capture(request)
+    }
+
+    /// Adds an activity source to the running profiler; it is enabled at once if a capture is
+    /// open.
+    pub fn add_source(&self, source: impl ActivitySource + 'static) {
+        self.session.add_source(Box::new(source));
+    }
+
+    /// Adds the GPU backend (set up as the builder said) unless the profiler has it already, e.g.
+    /// when the GPU runtime initialised after a [`cpu_only`](ProfilerBuilder::cpu_only) start.
+    /// Returns whether it was added now.
+    pub fn add_gpu(&self) -> bool {
+        if self.gpu_added.swap(true, Ordering::Relaxed) {
+            return false;
+        }
+        self.session.add_source(gpu::source(&self.gpu, &self.log));
+        true
+    }
+
+    /// Steps aside for another profiler (one that took over the GPU tracing library): a capture in
+    /// progress ends now and is saved, nothing is recorded afterwards, and the reason shows in
+    /// [`status`](Self::status).
+    pub fn step_aside(&self, reason: &str) {
+        self.session.step_aside(reason)
+    }
+
+    /// A snapshot: step, action, the capture pending or in progress, traces written.
+    pub fn status(&self) -> SessionStatus {
+        self.session.status()
+    }
+
+    /// Ends recording without waiting for the collector thread, for process exit (where joining a
+    /// thread can hang): a capture in progress is saved. Returns every trace written. Dropping
+    /// the profiler afterwards is still allowed.
+    pub fn close(&self) -> Vec<TraceOutput> {
+        self.session.close()
+    }
+
+    /// Stops recording (saving a cycle in progress) and returns every trace written.
+    pub fn stop(self) -> Vec<TraceOutput> {
+        self.session.stop()
+    }
+}
+
+/// Whether the GPU backend is added at start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Gpu {
+    /// Yes, unless explicit sources were given.
+    Default,
+    /// Never (`cpu_only`).
+    Off,
+    /// Yes, even beside explicit sources (`cuda`).
+    On,
+}
+
+/// Configures a [`Profiler`].
+pub struct ProfilerBuilder {
+    activities: ActivitySet,
+    trigger: Trigger,
+    dir: Option<PathBuf>,
+    worker: Option<String>,
+    gzip: bool,
+    rank: Option<u32>,
+    world_size: Option<u32>,
+    first_step: u64,
+    on_trace_ready: Option<TraceReadyCallback>,
+    sources: Vec<Box<dyn ActivitySource>>,
+    gpu: Gpu,
+    gpu_settings: GpuSettings,
+    ring_capacity: Option<usize>,
+    ring_memory_cap: Option<usize>,
+    metadata: Vec<(String, String)>,
+    log: Option<LogFn>,
+    errors: Vec<Error>,
+}
+
+impl Default for ProfilerBuilder {
+    fn default() -> Self {
+        ProfilerBuilder {
+            activities: ActivitySet::default_set(),
+            trigger: Trigger::Always,
+            dir: None,
+            worker: None,
+            gzip: false,
+            rank: None,
+            world_size: None,
+            first_step: 0,
+            on_trace_ready: None,
+            sources: Vec::new(),
+            gpu: Gpu::Default,
+            gpu_settings: GpuSettings::default(),
+            ring_capacity: None,
+            ring_memory_cap: None,
+            metadata: Vec::new(),
+            log: None,
+            errors: Vec::new(),
+        }
+    }
+}
+
+impl ProfilerBuilder {
+    /// Which records to keep (default: Kineto's default set).
+    pub fn activities(mut self, activities: ActivitySet) -> Self {
+        self.activities = activities;
+        self
+    }
+
+    /// Records the steps `schedule` selects, one trace per cycle.
+    pub fn schedule(mut self, schedule: Schedule) -> Self {
+        if let Err(e) = schedule.validate() {
+            self.errors.push(e.into());
+        }
+        self.trigger = Trigger::Schedule(schedule);
+        self
+    }
+
+    /// Records steps `start..=end` as one trace.
+    pub fn step_range(mut self, start: u64, end: u64) -> Self {
+        match Schedule::step_range(start, end) {
+            Ok(s) => self.trigger = Trigger::Schedule(s),
+            Err(e) => self.errors.push(e.into()),
+        }
+        self
+    }
+
+    /// Records `duration` of wall time starting `delay` after start.
+    pub fn time_window(self, delay: Duration, duration: Duration) -> Self {
+        self.time_window_with_warmup(delay, Duration::ZERO, duration)
+    }
+
+    /// Like [`time_window`](Self::time_window), with the GPU backend already on (its events
+    /// discarded) for `warmup` before recording starts (Kineto's warm-up period; at most `delay`).
+    pub fn time_window_with_warmup(
+        mut self,
+        delay: Duration,
+        warmup: Duration,
+        duration: Duration,
+    ) -> Self {
+        match TimeWindow::new(delay, duration) {
+            Ok(w) => self.trigger = Trigger::TimeWindow(w.with_warmup(warmup)),
+            Err(e) => self.errors.push(e.into()),
+        }
+        self
+    }
+
+    /// Records nothing by itself: only the captures [`Profiler::request_capture`] asks for.
+    pub fn on_demand(mut self) -> Self {
+        self.trigger = Trigger::OnDemand;
+        self
+    }
+
+    /// The step number the profiler starts at (steps the program took before profiling began), so
+    /// `ProfilerStep#N` and step ranges count from the program's own first step.
+    pub fn first_step(mut self, step: u64) -> Self {
+        self.first_step = step;
+        self
+    }
+
+    /// The run directory (default: `$KINETRACE_OUTPUT_DIR`, else `./kinetrace-traces`).
+    pub fn output_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dir = Some(dir.into());
+        self
+    }
+
+    /// The worker name in file names (default `{hostname}_{pid}`).
+    pub fn worker_name(mut self, name: impl Into<String>) -> Self {
+        self.worker = Some(name.into());
+        self
+    }
+
+    /// Gzip the traces.
+    pub fn gzip(mut self, yes: bool) -> Self {
+        self.gzip = yes;
+        self
+    }
+
+    /// The distributed rank (default: `$RANK`, else `$LOCAL_RANK`).
+    pub fn rank(mut self, rank: u32) -> Self {
+        self.rank = Some(rank);
+        self
+    }
+
+    /// The world size (default: `$WORLD_SIZE`).
+    pub fn world_size(mut self, n: u32) -> Self {
+        self.world_size = Some(n);
+        self
+    }
+
+    /// Called with each trace once written (on the thread that ended the cycle).
+    pub fn on_trace_ready(mut self, f: impl FnMut(&TraceOutput) + Send + 'static) -> Self {
+        self.on_trace_ready = Some(Box::new(f));
+        self
+    }
+
+    /// Adds an activity source (a GPU backend of your own, a simulated device). Given one, the
+    /// profiler does not add its default GPU backend.
+    pub fn source(mut self, source: impl ActivitySource + 'static) -> Self {
+        self.sources.push(Box::new(source));
+        self
+    }
+
+    /// Records CPU activity only: no GPU backend is loaded. Without it (and without
+    /// [`source`](Self::source)), the profiler records the GPU when a supported runtime is present
+    /// (CUDA, through CUPTI), and CPU activity only otherwise, saying why in one line.
+    pub fn cpu_only(mut self) -> Self {
+        self.gpu = Gpu::Off;
+        self
+    }
+
+    /// The GPU backend is now added by default; this also adds it beside explicit
+    /// [`source`](Self::source)s.
+    #[deprecated(
+        since = "0.1.0",
+        note = "the GPU is recorded by default; remove `.cuda()` (use `.cpu_only()` to opt out)"
+    )]
+    pub fn cuda(mut self) -> Self {
+        self.gpu = Gpu::On;
+        self
+    }
+
+    /// Load this GPU tracing library (libcupti) instead of searching for it (the search: the one
+    /// already loaded, `$KINETRACE_CUPTI_PATH`, `CUDA_HOME`, pip wheels, the loader path).
+    pub fn gpu_library(mut self, path: impl Into<PathBuf>) -> Self {
+        self.gpu_settings.library = Some(path.into());
+        self
+    }
+
+    /// Bound on the GPU backend's activity buffers, in MiB (default 128); records beyond it are
+    /// dropped and counted in the trace.
+    pub fn max_gpu_buffer_mb(mut self, mib: u32) -> Self {
+        self.gpu_settings.max_buffer_bytes = Some((mib as usize) << 20);
+        self
+    }
+
+    /// Slots in each thread's ring (default 16384). A thread that fills its ring between drains
+    /// goes on in a spare one (see [`ring_memory_cap`](Self::ring_memory_cap)).
+    pub fn ring_capacity(mut self, slots: usize) -> Self {
+        self.ring_capacity = Some(slots);
+        self
+    }
+
+    /// Bound on the memory of all threads' rings together (default 256 MiB, about 6.7 M buffered
+    /// spans). Bursts grow a thread's buffer in spare rings up to it; past it, events are dropped
+    /// and counted in the trace.
+    pub fn ring_memory_cap(mut self, bytes: usize) -> Self {
+        self.ring_memory_cap = Some(bytes);
+        self
+    }
+
+    /// Adds a top-level string metadata key to every trace.
+    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata.push((key.into(), value.into()));
+        self
+    }
+
+    /// Where kinetrace's one-line messages go, the GPU backend's included (default: stderr,
+    /// prefixed `kinetrace: `).
+    pub fn log(mut self, f: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.log = Some(Arc::new(f));
+        self
+    }
+
+    /// Starts the profiler. Fails on a malformed setting (naming it), a malformed `RANK`,
+    /// `LOCAL_RANK` or `WORLD_SIZE` that was not given explicitly, or another profiler running in
+    /// this process.
+    pub fn start(mut self) -> Result<Profiler, Error> {
+        if let Some(e) = self.errors.drain(..).next() {
+            return Err(e);
+        }
+        let (rank, world_size) = match (self.rank, self.world_size) {
+            (Some(r), Some(w)) => (Some(r), Some(w)),
+            (r, w) => {
+                let env = Distributed::from_env()?;
+                (r.or(env.rank), w.or(env.world_size))
+            }
+        };
+        let dir = self.dir.unwrap_or_else(|| {
+            std::env::var_os("KINETRACE_OUTPUT_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("kinetrace-traces"))
+        });
+        let mut target = TraceDir::new(&dir);
+        if let Some(w) = self.worker {
+            target.worker = w;
+        }
+        target.gzip = self.gzip;
+        let mut config = SessionConfig {
+            activities: self.activities,
+            trigger: self.trigger,
+            rank,
+            world_size,
+            metadata: self.metadata,
+            first_step: self.first_step,
+            ..SessionConfig::default()
+        };
+        config
+            .metadata
+            .push(("kinetrace_build".into(), BUILD_INFO.into()));
+        if let Some(n) = self.ring_capacity {
+            config.ring_capacity = n;
+        }
+        if let Some(n) = self.ring_memory_cap {
+            config.ring_memory_cap = n;
+        }
+        if let Some(log) = self.log {
+            config.log = log;
+        }
+        let log = config.log.clone();
+        let add_gpu = match self.gpu {
+            Gpu::Off => false,
+            Gpu::On => true,
+            Gpu::Default => self.sources.is_empty() && gpu::BUILT_IN,
+        };
+        let mut sources = self.sources;
+        if add_gpu {
+            sources.push(gpu::source(&self.gpu_settings, &log));
+        }
+        let session = Session::start(config, sources, Box::new(target), self.on_trace_ready)
+            .map_err(Error::Session)?;
+        Ok(Profiler {
+            session,
+            dir,
+            gpu: self.gpu_settings,
+            gpu_added: AtomicBool::new(add_gpu),
+            log,
+        })
+    }
+}

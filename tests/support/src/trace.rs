@@ -1,0 +1,192 @@
+//! Finding and reading written traces, with serde_json, independently of kinetrace's own reader
+//! (which [`Trace::load`] also runs, so every trace a test reads is one the shipped reader takes).
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+/// Every file under `dir`, recursively (none if it does not exist).
+pub fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Whether `p` is a finished trace: `*.pt.trace.json[.gz]`, not a hidden temporary.
+pub fn is_trace(p: &Path) -> bool {
+    let name = p
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    !name.starts_with('.')
+        && (name.ends_with(".pt.trace.json") || name.ends_with(".pt.trace.json.gz"))
+}
+
+/// Every finished trace under `dir` (recursively), sorted.
+pub fn traces_in(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = walk(dir).into_iter().filter(|p| is_trace(p)).collect();
+    v.sort();
+    v
+}
+
+/// The finished traces directly in `dir`, sorted.
+pub fn trace_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| Some(e.ok()?.path())).collect())
+        .unwrap_or_default();
+    v.retain(|p| is_trace(p));
+    v.sort();
+    v
+}
+
+/// Parses a trace file, plain or gzip (told by its first bytes), with serde_json.
+pub fn load_json(path: &Path) -> Value {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let text = if bytes.starts_with(&[0x1f, 0x8b]) {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut s)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        s
+    } else {
+        String::from_utf8(bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The one trace under `dir` (recursively), parsed; fails if there is not exactly one.
+pub fn load_only_trace(dir: &Path) -> Value {
+    let files = traces_in(dir);
+    assert_eq!(
+        files.len(),
+        1,
+        "expected one trace in {}: {files:?}",
+        dir.display()
+    );
+    load_json(&files[0])
+}
+
+/// The `traceEvents` array.
+pub fn events(trace: &Value) -> &Vec<Value> {
+    trace["traceEvents"].as_array().expect("traceEvents array")
+}
+
+/// The complete (`"ph": "X"`) events of category `cat`.
+pub fn x<'a>(trace: &'a Value, cat: &'a str) -> Vec<&'a Value> {
+    x_events(trace, cat).collect()
+}
+
+/// [`x`] as an iterator.
+pub fn x_events<'a>(trace: &'a Value, cat: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+    events(trace)
+        .iter()
+        .filter(move |e| e["ph"] == "X" && e["cat"] == cat)
+}
+
+/// The `ProfilerStep#N` annotation names, sorted.
+pub fn step_names(trace: &Value) -> Vec<String> {
+    let mut v: Vec<String> = x_events(trace, "user_annotation")
+        .filter_map(|e| e["name"].as_str())
+        .filter(|n| n.starts_with("ProfilerStep#"))
+        .map(str::to_owned)
+        .collect();
+    v.sort();
+    v
+}
+
+/// A parsed trace file.
+pub struct Trace {
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// Its JSON.
+    pub json: Value,
+}
+
+impl Trace {
+    /// Parses `path` (plain or gzip), after checking that kinetrace's own reader accepts it.
+    pub fn load(path: &Path) -> Trace {
+        kinetrace_export::read_trace(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        Trace {
+            path: path.to_path_buf(),
+            json: load_json(path),
+        }
+    }
+
+    /// The `traceEvents` array.
+    pub fn events(&self) -> &Vec<Value> {
+        events(&self.json)
+    }
+
+    fn names(&self, cat: &str) -> Vec<String> {
+        x_events(&self.json, cat)
+            .map(|e| e["name"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+
+    /// The `ProfilerStep#N` numbers, ascending.
+    pub fn steps(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .names("user_annotation")
+            .iter()
+            .filter_map(|n| n.strip_prefix("ProfilerStep#")?.parse().ok())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The step each kernel came from (kernels named `step<N>_kernel<K>`), ascending, deduplicated.
+    pub fn kernel_steps(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .names("kernel")
+            .iter()
+            .filter_map(|n| n.strip_prefix("step")?.split('_').next()?.parse().ok())
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// How many kernels.
+    pub fn kernels(&self) -> usize {
+        self.names("kernel").len()
+    }
+
+    /// Every kernel's correlation id has a runtime call with the same id.
+    pub fn assert_correlated(&self) {
+        let runtime: HashSet<i64> = self
+            .events()
+            .iter()
+            .filter(|e| e["cat"] == "cuda_runtime")
+            .filter_map(|e| e["args"]["correlation"].as_i64())
+            .collect();
+        for e in self.events().iter().filter(|e| e["cat"] == "kernel") {
+            let c = e["args"]["correlation"]
+                .as_i64()
+                .expect("kernel correlation");
+            assert!(
+                runtime.contains(&c),
+                "kernel {} has no runtime call",
+                e["name"]
+            );
+        }
+    }
+
+    /// `distributedInfo.rank`.
+    pub fn rank(&self) -> Option<i64> {
+        self.json["distributedInfo"]["rank"].as_i64()
+    }
+
+    /// A top-level string key (trace metadata).
+    pub fn meta(&self, key: &str) -> Option<&str> {
+        self.json[key].as_str()
+    }
+}
