@@ -27,10 +27,27 @@ pub fn list_sockets(dir: &Path) -> Vec<(u32, PathBuf)> {
 /// Sends `request` to the socket at `path` and returns the replies (one, or two for a `wait`
 /// capture). `timeout` bounds each read.
 pub fn send(path: &Path, request: &Request, timeout: Duration) -> std::io::Result<Vec<Reply>> {
-    let mut stream = UnixStream::connect(path)?;
+    let stream = UnixStream::connect(path)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(Duration::from_secs(2)))?;
-    writeln!(stream, "{}", request.encode())?;
+    exchange(stream, request)
+}
+
+/// Writes the request and reads the replies. A server that refuses a connection as it accepts it
+/// (busy, another user) answers and closes without reading: the write then fails (EPIPE, reset),
+/// and the refusal waiting in the socket is the answer.
+fn exchange(mut stream: UnixStream, request: &Request) -> std::io::Result<Vec<Reply>> {
+    if let Err(e) = writeln!(stream, "{}", request.encode()) {
+        use std::io::ErrorKind::{BrokenPipe, ConnectionReset};
+        if !matches!(e.kind(), BrokenPipe | ConnectionReset) {
+            return Err(e);
+        }
+        let mut line = String::new();
+        return match BufReader::new(stream).read_line(&mut line) {
+            Ok(n) if n > 0 => Reply::decode(line.trim()).map(|r| vec![r]).ok_or(e),
+            _ => Err(e),
+        };
+    }
     let wait = matches!(request, Request::Capture(CaptureSpec { wait: true, .. }));
     let mut replies = Vec::new();
     let mut reader = BufReader::new(stream);
@@ -52,4 +69,21 @@ pub fn send(path: &Path, request: &Request, timeout: Duration) -> std::io::Resul
         }
     }
     Ok(replies)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server that answers and closes before reading: the request cannot be written, and the
+    /// client reports the server's answer instead of the broken pipe.
+    #[test]
+    fn a_refusal_sent_before_the_request_was_read_is_the_answer() {
+        let (client, server) = UnixStream::pair().unwrap();
+        let refusal = Reply::new("refused", &[("pid", "7"), ("reason", "busy")]);
+        writeln!(&server, "{}", refusal.encode()).unwrap();
+        drop(server);
+        let replies = exchange(client, &Request::Status).unwrap();
+        assert_eq!(replies, vec![refusal]);
+    }
 }
