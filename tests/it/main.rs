@@ -3,6 +3,7 @@
 #![allow(missing_docs)]
 
 mod defaults;
+mod docs;
 mod format;
 mod layer;
 mod pipeline;
