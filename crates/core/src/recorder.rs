@@ -40,10 +40,14 @@ pub const DEFAULT_RING_MEMORY_CAP: usize = 256 << 20;
 static RING_MEMORY_CAP: AtomicUsize = AtomicUsize::new(DEFAULT_RING_MEMORY_CAP);
 static RING_BYTES: AtomicUsize = AtomicUsize::new(0);
 
-/// Spare rings a full thread takes over. Kept at [`SPARE_RINGS`] by the collector.
+/// Spare rings a full thread takes over. The collector keeps at least [`SPARE_RINGS`] ready, and
+/// twice as many as threads took since it last looked (a burst asks for more, quickly).
 type Spare = (RingWriter<CpuRecord>, RingReader<CpuRecord>);
 static SPARES: Mutex<Vec<Spare>> = Mutex::new(Vec::new());
-const SPARE_RINGS: usize = 4;
+const SPARE_RINGS: usize = 16;
+const MAX_SPARE_RINGS: usize = 512;
+/// Spares taken since the collector last replenished (Relaxed: a statistic for sizing).
+static TAKEN: AtomicUsize = AtomicUsize::new(0);
 
 fn ring_bytes(slots: usize) -> usize {
     slots * std::mem::size_of::<CpuRecord>()
@@ -64,13 +68,16 @@ pub fn ring_memory() -> usize {
 pub fn replenish() {
     let slots = RING_CAPACITY.load(Ordering::Relaxed);
     let bytes = ring_bytes(slots.max(2).next_power_of_two());
+    let taken = TAKEN.swap(0, Ordering::Relaxed);
+    let target = (2 * taken).clamp(SPARE_RINGS, MAX_SPARE_RINGS);
     loop {
         let have = SPARES.lock().unwrap_or_else(|e| e.into_inner()).len();
-        if have >= SPARE_RINGS
+        if have >= target
             || RING_BYTES.load(Ordering::Relaxed) + bytes > RING_MEMORY_CAP.load(Ordering::Relaxed)
         {
             return;
         }
+        // Allocated here, so the recording thread that takes it does not allocate.
         let spare = ring(slots);
         RING_BYTES.fetch_add(bytes, Ordering::Relaxed);
         SPARES.lock().unwrap_or_else(|e| e.into_inner()).push(spare);
@@ -100,6 +107,9 @@ static WAKE_PENDING: AtomicBool = AtomicBool::new(false);
 /// Sets (or clears) the thread [`wake_collector`] wakes.
 pub fn set_collector(thread: Option<std::thread::Thread>) {
     *COLLECTOR.lock().unwrap_or_else(|e| e.into_inner()) = thread;
+    // A wake-up still marked pending belongs to the previous collector: the next fill mark must
+    // reach this one.
+    WAKE_PENDING.store(false, Ordering::Relaxed);
 }
 
 /// Wakes the collector thread now (a command is queued, or a ring is filling).
@@ -239,10 +249,10 @@ pub struct ThreadRing {
 }
 
 impl ThreadRing {
-    /// Hands every record present now to `f`, oldest first, and says how many there were and
-    /// whether the thread is finished (it exited and everything it pushed has been drained; the
+    /// Hands up to `max` records present now to `f`, oldest first, and says how many there were
+    /// and whether the thread is finished (it exited and everything it pushed has been drained; the
     /// entry can be dropped). Rings the thread moved on from are freed once drained.
-    pub fn drain(&self, mut f: impl FnMut(CpuRecord)) -> (usize, bool) {
+    pub fn drain(&self, max: usize, mut f: impl FnMut(CpuRecord)) -> (usize, bool) {
         let mut total = 0;
         loop {
             let front = self
@@ -254,11 +264,15 @@ impl ThreadRing {
                 return (total, true);
             };
             // Drained without the lock, so the thread can append meanwhile.
-            let (n, finished) = reader.drain_final(&mut f);
+            let (n, finished) = reader.drain_final_up_to(max - total, &mut f);
             total += n;
             if finished {
                 RING_BYTES.fetch_sub(ring_bytes(reader.capacity()), Ordering::Relaxed);
-                continue;
+                if total < max {
+                    continue;
+                }
+                // Out of budget; the next ring (if any) waits in the chain.
+                return (total, false);
             }
             self.chain
                 .lock()
@@ -298,6 +312,7 @@ impl Local {
             Ok(mut s) => s.pop(),
             Err(_) => None,
         };
+        TAKEN.fetch_add(1, Ordering::Relaxed);
         let Some((writer, reader)) = spare else {
             ring_filling();
             return ring_full();

@@ -266,8 +266,22 @@ impl<T: Send> RingReader<T> {
     /// writer was already gone before this drain began, so this drain took everything it will ever
     /// push and the ring can be retired. (Checking after draining would race with a last push.)
     pub fn drain_final(&mut self, f: impl FnMut(T)) -> (usize, bool) {
+        self.drain_final_up_to(usize::MAX, f)
+    }
+
+    /// [`drain_final`](Self::drain_final), taking at most `max` values: finished only if the
+    /// writer was gone before and nothing is left.
+    pub fn drain_final_up_to(&mut self, max: usize, f: impl FnMut(T)) -> (usize, bool) {
         let gone = self.writer_gone();
-        (self.drain(f), gone)
+        let n = self.drain_up_to(max, f);
+        (n, gone && self.is_empty())
+    }
+
+    /// Whether no value is waiting.
+    pub fn is_empty(&self) -> bool {
+        let s = &*self.shared;
+        // Acquire: as in `drain_up_to`.
+        s.tail.0.load(Ordering::Acquire) == s.head.0.load(Ordering::Relaxed)
     }
 
     /// Values refused because the ring was full (or counted by the writer), since creation.
@@ -476,6 +490,30 @@ mod loom {
             let mut got = 0;
             loop {
                 let (n, finished) = r.drain_final(|_| {});
+                got += n;
+                if finished {
+                    break;
+                }
+                thread::yield_now();
+            }
+            producer.join().unwrap();
+            assert_eq!(got, 2);
+        });
+    }
+
+    /// The same protocol one value at a time (a drain budget): finished only once the writer is
+    /// gone and nothing is left.
+    #[test]
+    fn a_ring_drained_in_small_budgets_is_retired_only_after_its_last_value() {
+        ::loom::model(|| {
+            let (mut w, mut r) = ring::<usize>(4);
+            let producer = thread::spawn(move || {
+                w.try_push(1).unwrap();
+                w.try_push(2).unwrap();
+            });
+            let mut got = 0;
+            loop {
+                let (n, finished) = r.drain_final_up_to(1, |_| {});
                 got += n;
                 if finished {
                     break;

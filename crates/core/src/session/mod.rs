@@ -246,19 +246,23 @@ impl Session {
     /// opens `ProfilerStep#N+1`. When a cycle ends here its trace is written by the collector, not
     /// by this call.
     pub fn step(&self) {
-        {
+        let queued = {
             let mut s = lock(&self.shared.control);
+            let before = s.queued;
             s.close_step_span();
             s.step_num += 1;
             s.record_steps = true;
             if s.step_driven() {
                 let next = s.target_action(Duration::ZERO);
-                s.transition(next, &self.shared);
+                if next != s.action || next == ProfilerAction::RecordAndSave {
+                    s.transition(next, &self.shared);
+                }
             }
             s.settle_request();
             s.open_step_span();
-        }
-        self.shared.after_control();
+            s.queued != before
+        };
+        self.shared.after_control(queued);
     }
 
     /// Asks a live session for a capture now (on-demand profiling). Refused while another capture
@@ -338,7 +342,7 @@ impl Session {
             }
             plan
         };
-        self.shared.after_control();
+        self.shared.after_control(true);
         Ok(plan)
     }
 
@@ -381,7 +385,7 @@ impl Session {
             s.finish_request(&format!("cancelled: {reason}"));
             s.queued
         };
-        self.shared.after_control();
+        self.shared.after_control(true);
         self.shared.wait_applied(target, STEP_ASIDE_WAIT);
     }
 
@@ -482,9 +486,13 @@ impl Shared {
     /// What every control-side call does after releasing the control lock: enable the sources if a
     /// window opened while they were off, then let the collector (or, without one, this thread) do
     /// the queued work.
-    fn after_control(&self) {
+    fn after_control(&self, queued: bool) {
         self.enable_sources_if_wanted();
-        self.wake_collector();
+        // A step that changed nothing lets the collector keep its own pace: waking it would hand it
+        // the CPU in the middle of the training loop for nothing.
+        if queued {
+            self.wake_collector();
+        }
     }
 
     fn wake_collector(&self) {
