@@ -37,7 +37,7 @@ pub use kinetrace_core::schedule::{ProfilerAction, Schedule, ScheduleError, Time
 pub use kinetrace_core::simulated::SimulatedGpu;
 pub use kinetrace_core::{
     ActivitySource, Session, SessionError, Sink, SinkFactory, SourceError, TraceMeta, TraceOutput,
-    UnixNanos,
+    UnixNanos, WindowInfo,
 };
 pub use kinetrace_export as export;
 

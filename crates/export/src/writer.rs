@@ -20,7 +20,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use kinetrace_core::activity::Activity;
 use kinetrace_core::intern::NameId;
-use kinetrace_core::{Sink, SinkFactory, TraceMeta, TraceOutput, UnixNanos};
+use kinetrace_core::{Sink, SinkFactory, TraceMeta, TraceOutput, UnixNanos, WindowInfo};
 
 pub use crate::encoder::TraceEncoder;
 
@@ -91,8 +91,8 @@ pub fn default_worker_name() -> String {
 }
 
 impl SinkFactory for TraceDir {
-    fn open(&mut self, cycle: u32) -> io::Result<Box<dyn Sink>> {
-        Ok(Box::new(KinetoSink::create(self.clone(), cycle)?))
+    fn open(&mut self, window: &WindowInfo) -> io::Result<Box<dyn Sink>> {
+        Ok(Box::new(KinetoSink::create(self.clone(), window.cycle)?))
     }
 }
 

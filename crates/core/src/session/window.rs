@@ -6,7 +6,7 @@ use super::*;
 use crate::activity::{Activity, CpuSpan, Detail};
 use crate::intern::intern;
 use crate::schedule::{commands, SessionCommand};
-use crate::source::TraceMeta;
+use crate::source::{TraceMeta, WindowInfo};
 
 impl State {
     pub(super) fn transition(&mut self, next: ProfilerAction) {
@@ -85,9 +85,17 @@ impl State {
         // Warm-up events end here.
         self.collect(true);
         let cycle = self.cycle;
+        // What the trace can say first (HTA reads the rank from the start of the file).
+        let info = WindowInfo {
+            cycle,
+            rank: self.config.rank,
+            world_size: self.config.world_size,
+            pid: std::process::id(),
+            host_name: host_name(),
+        };
         let opened = match self.request.as_mut().and_then(|r| r.sinks.as_mut()) {
-            Some(sinks) => sinks.open(cycle),
-            None => self.sinks.open(cycle),
+            Some(sinks) => sinks.open(&info),
+            None => self.sinks.open(&info),
         };
         let sink = match opened {
             Ok(s) => Some(s),
