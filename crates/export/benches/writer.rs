@@ -6,7 +6,7 @@
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use kinetrace_core::activity::*;
-use kinetrace_core::{intern, Sink, TraceMeta, UnixNanos};
+use kinetrace_core::{intern, Sink, TraceMeta, UnixNanos, WindowInfo};
 use kinetrace_export::writer::{KinetoSink, TraceDir, TraceEncoder};
 
 const BASE: u64 = 1_790_857_026_000_000_000;
@@ -77,8 +77,14 @@ fn mix(n: usize) -> Vec<Activity> {
 
 fn bench(c: &mut Criterion) {
     let acts = mix(100_000);
+    let window = WindowInfo {
+        rank: Some(0),
+        world_size: Some(1),
+        ..Default::default()
+    };
     let mut bytes = Vec::with_capacity(64 << 20);
-    let mut enc = TraceEncoder::new(BASE);
+    let mut enc = TraceEncoder::begin(&window, BASE, &mut bytes);
+    bytes.clear();
     for a in &acts {
         enc.event(a, &mut bytes);
     }
@@ -94,8 +100,8 @@ fn bench(c: &mut Criterion) {
     g.sample_size(20);
     g.bench_function("encode_100k_records", |b| {
         b.iter(|| {
-            let mut enc = TraceEncoder::new(BASE);
             bytes.clear();
+            let mut enc = TraceEncoder::begin(&window, BASE, &mut bytes);
             for a in &acts {
                 enc.event(a, &mut bytes);
             }
@@ -110,7 +116,8 @@ fn bench(c: &mut Criterion) {
                 worker: "bench".into(),
                 gzip: false,
             };
-            let mut sink: Box<dyn Sink> = Box::new(KinetoSink::create(target, 0).expect("sink"));
+            let mut sink: Box<dyn Sink> =
+                Box::new(KinetoSink::create(target, &window).expect("sink"));
             for a in &acts {
                 sink.record(a).expect("write");
             }
