@@ -2,10 +2,11 @@
 //!
 //! Every byte is written once: when a window opens, the sink creates a hidden temporary file beside
 //! the target and writes the document head (what is known then, `distributedInfo` first); events are
-//! encoded into a 1 MiB buffer, written out whenever it fills; when the window ends the metadata
-//! events, `]` and the keys known only then (devices, drop counts, metadata) close the document,
-//! and the temporary file is renamed into place. A crash or a write error at any point leaves no
-//! half-written trace under the final name. Memory stays bounded by the buffer.
+//! encoded into 1 MiB buffers that a writer thread writes (or gzips) while the next one fills; when
+//! the window ends the metadata events, `]` and the keys known only then (devices, drop counts,
+//! metadata) close the document, and the temporary file is renamed into place. A crash or a write
+//! error at any point leaves no half-written trace under the final name. Memory stays bounded by
+//! the three buffers.
 //!
 //! Unfinished files are hidden (`.` first) and their names end with
 //! `@{host}@{pid namespace}@{pid}.tmp`, so that what a killed process left can be told apart from a
@@ -22,7 +23,9 @@ use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::thread::JoinHandle;
 
 use kinetrace_core::activity::Activity;
 use kinetrace_core::intern::NameId;
@@ -156,6 +159,106 @@ impl Output {
     }
 }
 
+/// Buffers per sink: one filling, the others queued for or being written by the writer thread.
+/// Bounds the memory a window's trace takes to this many times [`WRITE_AT`] (plus one event each).
+const BUFFERS: usize = 3;
+
+/// How full buffers reach the file.
+enum Sending {
+    /// A writer thread writes them while the next one fills, so encoding and the kernel's copy into
+    /// the page cache (or compression) overlap.
+    Thread(WriterThread),
+    /// Written by the caller, when no thread could be started.
+    Inline(Output),
+}
+
+/// The writer thread's ends of two bounded queues: full buffers go to it in order, and each comes
+/// back empty once written (or the write error comes back instead). The filling side waits for an
+/// empty buffer before handing a full one over, so at most [`BUFFERS`] exist.
+struct WriterThread {
+    full: SyncSender<Vec<u8>>,
+    empty: Receiver<io::Result<Vec<u8>>>,
+    handle: JoinHandle<io::Result<()>>,
+}
+
+impl WriterThread {
+    /// Starts the thread writing to `out`, or gives `out` back if no thread can be started.
+    fn start(out: Output) -> Result<Self, Output> {
+        let (full, full_rx) = mpsc::sync_channel::<Vec<u8>>(BUFFERS);
+        let (empty_tx, empty) = mpsc::sync_channel(BUFFERS);
+        for _ in 1..BUFFERS {
+            // Cannot fail: the queue has room for every buffer and its receiver is here.
+            let _ = empty_tx.send(Ok(Vec::with_capacity(BUFFER_CAPACITY)));
+        }
+        // `out` is handed over once the thread runs, so that a failed start keeps it.
+        let (out_tx, out_rx) = mpsc::sync_channel::<Output>(1);
+        let spawned = std::thread::Builder::new()
+            .name("kinetrace-writer".into())
+            .spawn(move || match out_rx.recv() {
+                Ok(out) => write_buffers(out, full_rx, empty_tx),
+                Err(_) => Ok(()),
+            });
+        let Ok(handle) = spawned else {
+            return Err(out);
+        };
+        if let Err(mpsc::SendError(out)) = out_tx.send(out) {
+            return Err(out);
+        }
+        Ok(WriterThread {
+            full,
+            empty,
+            handle,
+        })
+    }
+
+    /// Hands `buf` over to be written and puts an empty buffer in its place.
+    fn hand_off(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
+        let empty = match self.empty.recv() {
+            Ok(r) => r?,
+            Err(_) => return Err(self.stopped()),
+        };
+        let full = std::mem::replace(buf, empty);
+        self.full.send(full).map_err(|_| self.stopped())
+    }
+
+    /// Why the thread is gone: the write error it sent, if it got that far.
+    fn stopped(&self) -> io::Error {
+        self.empty
+            .try_iter()
+            .find_map(Result::err)
+            .unwrap_or_else(|| io::Error::other("the trace writer thread stopped"))
+    }
+
+    /// Waits until everything handed over is written and the file is complete and closed.
+    fn finish(self) -> io::Result<()> {
+        // Closing the queue ends the thread once it has written what is queued.
+        drop(self.full);
+        match self.handle.join() {
+            Ok(r) => r,
+            Err(_) => Err(io::Error::other("the trace writer thread panicked")),
+        }
+    }
+}
+
+/// The writer thread: writes each full buffer, sends it back empty, and completes the file when the
+/// queue closes. A write error is sent back once and ends the thread (the sink then gives up).
+fn write_buffers(
+    mut out: Output,
+    full: Receiver<Vec<u8>>,
+    empty: SyncSender<io::Result<Vec<u8>>>,
+) -> io::Result<()> {
+    for mut buf in full {
+        if let Err(e) = out.write_all(&buf) {
+            // The receiver may be gone already (a discarded sink): nothing to tell then.
+            let _ = empty.send(Err(io::Error::new(e.kind(), e.to_string())));
+            return Err(e);
+        }
+        buf.clear();
+        let _ = empty.send(Ok(buf));
+    }
+    out.finish()
+}
+
 /// Gives each sink of this process its own temporary file name (the cycle alone repeats when a
 /// profiler is started again).
 static SINK_SEQ: AtomicU32 = AtomicU32::new(0);
@@ -166,23 +269,27 @@ pub struct KinetoSink {
     tmp_path: PathBuf,
     encoder: Option<TraceEncoder>,
     buf: Vec<u8>,
-    out: Option<Output>,
+    out: Option<Sending>,
     /// The first write error: later records are refused with it, and `finish` reports it.
     failed: Option<(io::ErrorKind, String)>,
+    /// The process that created the sink. A child forked from it holds a copy whose file and
+    /// writer thread are the parent's: the copy writes nothing and removes nothing.
+    owner: u32,
 }
 
 impl KinetoSink {
-    /// Creates the temporary file for `window` in `target.dir` (creating the directory) and writes
-    /// the trace head into it.
+    /// Creates the temporary file for `window` in `target.dir` (creating the directory), starts
+    /// its writer thread and writes the trace head.
     pub fn create(target: TraceDir, window: &WindowInfo) -> io::Result<Self> {
-        Self::create_with(target, window, |out| out)
+        Self::create_with(target, window, true, |out| out)
     }
 
-    /// [`create`](Self::create), with the output wrapped by `wrap` (tests put a failing disk
-    /// there).
+    /// [`create`](Self::create), with or without a writer thread, and with the output wrapped by
+    /// `wrap` (tests put a failing disk there).
     fn create_with(
         target: TraceDir,
         window: &WindowInfo,
+        threaded: bool,
         wrap: impl FnOnce(Output) -> Output,
     ) -> io::Result<Self> {
         fs::create_dir_all(&target.dir)
@@ -203,6 +310,10 @@ impl KinetoSink {
         } else {
             Output::Plain(file)
         });
+        let out = match threaded {
+            true => WriterThread::start(out).map_or_else(Sending::Inline, Sending::Thread),
+            false => Sending::Inline(out),
+        };
         let mut buf = Vec::with_capacity(BUFFER_CAPACITY);
         let encoder = TraceEncoder::begin(window, process_base_time_ns(), &mut buf);
         let mut sink = KinetoSink {
@@ -212,34 +323,56 @@ impl KinetoSink {
             buf,
             out: Some(out),
             failed: None,
+            owner: std::process::id(),
         };
         // The head goes out at once: the unfinished file starts as the trace will (the rank first).
         sink.write_buf()?;
         Ok(sink)
     }
 
-    /// Writes the buffer out. After a failure the temporary file is removed at once (a full disk
-    /// gets its space back), and the error is kept for every later call.
+    /// Sends the buffer to the file. After a failure the temporary file is removed at once (a full
+    /// disk gets its space back), and the error is kept for every later call.
     fn write_buf(&mut self) -> io::Result<()> {
         if self.failed.is_some() {
             return Err(self.error());
         }
+        if std::process::id() != self.owner {
+            // Checked here, once a buffer, rather than per record. Waiting on the parent's thread
+            // would hang; writing to the shared file would corrupt the parent's trace.
+            let e = io::Error::other(format!(
+                "this process was forked from {} while it wrote {}: the trace is the parent's",
+                self.owner,
+                self.tmp_path.display()
+            ));
+            return Err(self.give_up(e));
+        }
         let result = match self.out.as_mut() {
-            Some(out) => out.write_all(&self.buf),
+            Some(Sending::Thread(w)) => w.hand_off(&mut self.buf),
+            Some(Sending::Inline(out)) => {
+                let r = out.write_all(&self.buf);
+                self.buf.clear();
+                r
+            }
             None => Ok(()),
         };
-        self.buf.clear();
         result.map_err(|e| self.fail(e))
     }
 
-    /// Gives up on the trace after `e`: removes the temporary file and keeps the error (with the
-    /// file's name) for every later call.
+    /// Gives up on the trace after `e`: stops the writer, removes the temporary file, and keeps the
+    /// error (with the file's name) for every later call.
     fn fail(&mut self, e: io::Error) -> io::Error {
         let e = with_path(e, &self.tmp_path, "write");
+        let e = self.give_up(e);
+        remove_unfinished(&self.tmp_path);
+        e
+    }
+
+    /// Stops the sink for good with `e`, kept for every later call.
+    fn give_up(&mut self, e: io::Error) -> io::Error {
+        // Dropping the writer closes its queue: its thread ends after the write in progress.
         self.out = None;
         self.encoder = None;
         self.buf = Vec::new();
-        remove_unfinished(&self.tmp_path);
         self.failed = Some((e.kind(), e.to_string()));
         e
     }
@@ -269,7 +402,8 @@ impl KinetoSink {
         encoder.finish(meta, &final_path.to_string_lossy(), &mut self.buf);
         self.write_buf()?;
         let completed = match self.out.take() {
-            Some(out) => out.finish(),
+            Some(Sending::Thread(w)) => w.finish(),
+            Some(Sending::Inline(out)) => out.finish(),
             None => Ok(()),
         };
         completed.map_err(|e| self.fail(e))?;
@@ -313,8 +447,11 @@ impl Sink for KinetoSink {
 impl Drop for KinetoSink {
     fn drop(&mut self) {
         // However the sink ends (discarded, failed, dropped while unwinding), its unfinished file
-        // goes; a published one is no longer listed, so this leaves it alone.
-        remove_unfinished(&self.tmp_path);
+        // goes; a published one is no longer listed, so this leaves it alone. A forked child's copy
+        // leaves the parent's file alone.
+        if std::process::id() == self.owner {
+            remove_unfinished(&self.tmp_path);
+        }
     }
 }
 
@@ -637,12 +774,12 @@ mod single_pass_tests {
         }
     }
 
-    /// A sink whose disk fills up after `budget` bytes.
-    fn filling_sink(dir: &Path, budget: usize) -> io::Result<KinetoSink> {
+    /// A sink (with or without its writer thread) whose disk fills up after `budget` bytes.
+    fn filling_sink(dir: &Path, budget: usize, threaded: bool) -> io::Result<KinetoSink> {
         let mut target = TraceDir::new(dir);
         target.worker = "w".into();
         let window = WindowInfo::default();
-        KinetoSink::create_with(target, &window, |out| match out {
+        KinetoSink::create_with(target, &window, threaded, |out| match out {
             Output::Plain(file) => Output::Failing { file, budget },
             other => other,
         })
@@ -657,42 +794,123 @@ mod single_pass_tests {
 
     #[test]
     fn a_write_error_while_recording_leaves_nothing_and_says_where() {
-        let tmp = tempfile::tempdir().unwrap();
-        let mut sink = filling_sink(tmp.path(), 3 << 20).unwrap();
-        let unfinished = sink.tmp_path.clone();
-        let failed = (0..1_000_000u64).find_map(|i| sink.record(&cpu_op(i)).err());
-        let e = failed.expect("the disk filled up");
-        let msg = e.to_string();
-        assert!(msg.contains(&*unfinished.to_string_lossy()), "{msg}");
-        assert!(msg.contains("No space left on device"), "{msg}");
-        // The space comes back at once, and the sink stays failed.
-        assert_eq!(entries(tmp.path()), Vec::<PathBuf>::new());
-        assert_eq!(sink.record(&cpu_op(0)).unwrap_err().to_string(), msg);
-        let r = Box::new(sink).finish(&TraceMeta::default());
-        assert_eq!(r.unwrap_err().to_string(), msg);
-        assert_eq!(entries(tmp.path()), Vec::<PathBuf>::new());
+        for threaded in [true, false] {
+            let tmp = tempfile::tempdir().unwrap();
+            let mut sink = filling_sink(tmp.path(), 3 << 20, threaded).unwrap();
+            let unfinished = sink.tmp_path.clone();
+            let failed = (0..1_000_000u64).find_map(|i| sink.record(&cpu_op(i)).err());
+            let e = failed.expect("the disk filled up");
+            let msg = e.to_string();
+            assert!(msg.contains(&*unfinished.to_string_lossy()), "{msg}");
+            assert!(msg.contains("No space left on device"), "{msg}");
+            // The space comes back at once, and the sink stays failed.
+            assert_eq!(
+                entries(tmp.path()),
+                Vec::<PathBuf>::new(),
+                "threaded: {threaded}"
+            );
+            assert_eq!(sink.record(&cpu_op(0)).unwrap_err().to_string(), msg);
+            let r = Box::new(sink).finish(&TraceMeta::default());
+            assert_eq!(r.unwrap_err().to_string(), msg);
+            assert_eq!(entries(tmp.path()), Vec::<PathBuf>::new());
+        }
     }
 
     #[test]
     fn a_write_error_at_the_end_leaves_nothing() {
-        let tmp = tempfile::tempdir().unwrap();
-        let mut sink = filling_sink(tmp.path(), 1000).unwrap();
-        for i in 0..10 {
-            sink.record(&cpu_op(i)).unwrap();
+        for threaded in [true, false] {
+            let tmp = tempfile::tempdir().unwrap();
+            let mut sink = filling_sink(tmp.path(), 1000, threaded).unwrap();
+            for i in 0..10 {
+                sink.record(&cpu_op(i)).unwrap();
+            }
+            let e = Box::new(sink)
+                .finish(&TraceMeta::default())
+                .expect_err("the tail does not fit");
+            assert!(e.to_string().starts_with("cannot write "), "{e}");
+            assert_eq!(
+                entries(tmp.path()),
+                Vec::<PathBuf>::new(),
+                "threaded: {threaded}"
+            );
         }
-        let e = Box::new(sink)
-            .finish(&TraceMeta::default())
-            .expect_err("the tail does not fit");
-        assert!(e.to_string().starts_with("cannot write "), "{e}");
-        assert_eq!(entries(tmp.path()), Vec::<PathBuf>::new());
     }
 
     #[test]
     fn no_room_for_the_head_leaves_nothing() {
         let tmp = tempfile::tempdir().unwrap();
-        let e = filling_sink(tmp.path(), 0).err().expect("no room");
+        // Written here, the head fails at once.
+        let e = filling_sink(tmp.path(), 0, false).err().expect("no room");
         assert!(e.to_string().starts_with("cannot write "), "{e}");
         assert_eq!(entries(tmp.path()), Vec::<PathBuf>::new());
+        // Written by the thread, the failure comes back at the next hand-over: here the end.
+        let sink = filling_sink(tmp.path(), 0, true).unwrap();
+        let e = Box::new(sink).finish(&TraceMeta::default()).unwrap_err();
+        assert!(e.to_string().starts_with("cannot write "), "{e}");
+        assert_eq!(entries(tmp.path()), Vec::<PathBuf>::new());
+    }
+
+    #[test]
+    fn a_forked_copy_writes_nothing_and_leaves_the_parents_file() {
+        for threaded in [true, false] {
+            let tmp = tempfile::tempdir().unwrap();
+            let mut target = TraceDir::new(tmp.path());
+            target.worker = "w".into();
+            let window = WindowInfo::default();
+            let mut sink = KinetoSink::create_with(target, &window, threaded, |o| o).unwrap();
+            let unfinished = sink.tmp_path.clone();
+            // As a child forked from the creator sees its copy.
+            sink.owner = std::process::id().wrapping_add(1);
+            let failed = (0..1_000_000u64).find_map(|i| sink.record(&cpu_op(i)).err());
+            let e = failed.expect("refused at the first full buffer");
+            assert!(e.to_string().contains("forked"), "{e}");
+            assert!(Box::new(sink).finish(&TraceMeta::default()).is_err());
+            // The parent's unfinished file is still there and holds only what the parent wrote:
+            // the head (its writer thread may still be writing it, hence the wait).
+            let mut head = Vec::new();
+            let _ = TraceEncoder::begin(&window, process_base_time_ns(), &mut head);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            loop {
+                let got = fs::read(&unfinished).unwrap();
+                if got == head {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "threaded: {threaded}: the file holds {:?}",
+                    String::from_utf8_lossy(&got)
+                );
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+    }
+
+    #[test]
+    fn without_a_writer_thread_the_trace_is_the_same() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut texts = Vec::new();
+        for threaded in [true, false] {
+            let mut target = TraceDir::new(tmp.path());
+            target.worker = format!("w{threaded}");
+            let window = WindowInfo {
+                rank: Some(1),
+                ..Default::default()
+            };
+            let mut sink = KinetoSink::create_with(target, &window, threaded, |o| o).unwrap();
+            for i in 0..20_000 {
+                sink.record(&cpu_op(i)).unwrap();
+            }
+            let path = Box::new(sink)
+                .finish(&TraceMeta::default())
+                .unwrap()
+                .path
+                .unwrap();
+            let text = fs::read_to_string(&path).unwrap();
+            // Only `traceName` (the file's own name) differs.
+            texts.push(text.replace(&*path.to_string_lossy(), "NAME"));
+        }
+        assert_eq!(texts[0], texts[1]);
+        serde_json::from_str::<serde_json::Value>(&texts[0]).unwrap();
     }
 
     #[test]
