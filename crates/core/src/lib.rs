@@ -24,4 +24,6 @@ pub use activity::*;
 pub use clock::UnixNanos;
 pub use intern::{intern, NameId, NameTable};
 pub use session::{Session, SessionConfig, SessionError, Trigger};
-pub use source::{ActivitySource, Sink, SinkFactory, SourceError, TraceMeta, TraceOutput};
+pub use source::{
+    ActivitySource, Sink, SinkFactory, SourceError, TraceMeta, TraceOutput, WindowInfo,
+};

@@ -137,17 +137,34 @@ pub trait Sink: Send {
     fn discard(self: Box<Self>) {}
 }
 
-/// Opens one [`Sink`] per window.
-pub trait SinkFactory: Send {
-    /// Opens the sink for cycle `cycle`.
-    fn open(&mut self, cycle: u32) -> std::io::Result<Box<dyn Sink>>;
+/// What is known about a window when its sink opens, before the first record: what a sink can write
+/// first (a trace file's head). The rest comes with [`TraceMeta`] at [`Sink::finish`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WindowInfo {
+    /// Which cycle of the schedule this window is (0-based).
+    pub cycle: u32,
+    /// Distributed rank, if any.
+    pub rank: Option<u32>,
+    /// World size, if known.
+    pub world_size: Option<u32>,
+    /// OS process id.
+    pub pid: u32,
+    /// Host name.
+    pub host_name: String,
 }
 
+/// Opens one [`Sink`] per window.
+pub trait SinkFactory: Send {
+    /// Opens the sink for one window.
+    fn open(&mut self, window: &WindowInfo) -> std::io::Result<Box<dyn Sink>>;
+}
+
+/// A closure taking the cycle is a factory (for sinks that need nothing else at open).
 impl<F> SinkFactory for F
 where
     F: FnMut(u32) -> std::io::Result<Box<dyn Sink>> + Send,
 {
-    fn open(&mut self, cycle: u32) -> std::io::Result<Box<dyn Sink>> {
-        self(cycle)
+    fn open(&mut self, window: &WindowInfo) -> std::io::Result<Box<dyn Sink>> {
+        self(window.cycle)
     }
 }

@@ -1,264 +1,243 @@
-//! The parts of a Kineto document around the events: the header (device properties, metadata,
-//! `distributedInfo`, `baseTimeNanoseconds`) and the footer (metadata events for every row used,
-//! the span row, `Record Window End`).
+//! The parts of a Kineto document around the events.
+//!
+//! A trace is written in one pass, so each top-level key goes where it is known:
+//!
+//! - the **head**, written when the window opens: `schemaVersion`, `distributedInfo` (HTA reads the
+//!   rank with a regex from the start of the file, so it comes first), `kinetrace_version`,
+//!   `host_name`, `displayTimeUnit` (Perfetto honours it only near the start) and
+//!   `baseTimeNanoseconds`, then `"traceEvents": [`;
+//! - the **events**, streamed;
+//! - the **footer** events: metadata events for every row used, the span row, `Record Window End`;
+//! - the **tail**, known only when the window has ended: `deviceProperties`, `trace_id`, the
+//!   sources' and the user's metadata, `dropped_events`, and `traceName` last.
+//!
+//! Kineto itself writes `distributedInfo` after `traceEvents` for on-demand traces, and HTA,
+//! torch-tb-profiler, Perfetto and our reader all load keys from either side of the array.
 
 use std::collections::BTreeSet;
 
 use kinetrace_core::activity::DeviceProperties;
-use kinetrace_core::TraceMeta;
+use kinetrace_core::{TraceMeta, WindowInfo};
 
-use crate::encoder::TraceEncoder;
-use crate::json::{push_i64, push_str_literal, push_u64, push_us3};
+use crate::encoder::{Events, TraceEncoder};
+use crate::json::{
+    key, member, Array, Compact, Inline, Key, Lines, Member, NestedRows, Object, OpenArray,
+    OpenObject, Rows,
+};
 
 /// `sort_index` Kineto gives GPU rows: device + this.
 const GPU_SORT_BASE: u64 = 5_000_000;
 
-impl TraceEncoder {
-    /// Appends the document head up to and including `"traceEvents": [`.
-    pub fn header(&self, meta: &TraceMeta, out: &mut Vec<u8>) {
-        out.extend_from_slice(b"{\n  \"schemaVersion\": 1,\n  \"deviceProperties\": [");
-        for (i, d) in meta.devices.iter().enumerate() {
-            out.extend_from_slice(if i == 0 { b"\n    {" } else { b",\n    {" });
-            device_json(d, out);
-            out.push(b'}');
-        }
-        if !meta.devices.is_empty() {
-            out.extend_from_slice(b"\n  ");
-        }
-        out.extend_from_slice(b"],\n");
-        let mut kv = |k: &str, v: &str| {
-            out.extend_from_slice(b"  ");
-            push_str_literal(out, k);
-            out.extend_from_slice(b": ");
-            push_str_literal(out, v);
-            out.extend_from_slice(b",\n");
-        };
-        kv("kinetrace_version", env!("CARGO_PKG_VERSION"));
-        kv("trace_id", &meta.trace_id);
-        kv("host_name", &meta.host_name);
-        for (k, v) in &meta.metadata {
-            // Keys HTA's rank regex or the format itself own are not user metadata.
-            if is_reserved_key(k) {
-                continue;
-            }
-            kv(k, v);
-        }
-        out.extend_from_slice(b"  \"dropped_events\": {");
-        for (i, (k, n)) in meta.dropped.iter().enumerate() {
-            if i > 0 {
-                out.extend_from_slice(b", ");
-            }
-            push_str_literal(out, k);
-            out.extend_from_slice(b": ");
-            push_u64(out, *n);
-        }
-        out.extend_from_slice(b"},\n");
-        if let Some(rank) = meta.rank {
+/// Writes the head, up to and including `"traceEvents": [`.
+pub(crate) fn head(
+    window: &WindowInfo,
+    base_ns: u64,
+    out: &mut Vec<u8>,
+) -> OpenArray<Rows, OpenObject<Lines>> {
+    let mut doc = OpenObject::<Lines>::begin(out);
+    doc.members(out, |d| {
+        d.u64(key!("schemaVersion"), 1);
+        if let Some(rank) = window.rank {
             // `"rank": N` with a space: HTA finds the rank with the regex `"rank":\s+(\d+)`.
-            out.extend_from_slice(b"  \"distributedInfo\": {\"rank\": ");
-            push_u64(out, rank as u64);
-            if let Some(ws) = meta.world_size {
-                out.extend_from_slice(b", \"world_size\": ");
-                push_u64(out, ws as u64);
-            }
-            out.extend_from_slice(b"},\n");
-        }
-        out.extend_from_slice(b"  \"displayTimeUnit\": \"ms\",\n  \"baseTimeNanoseconds\": ");
-        push_u64(out, self.base_ns);
-        out.extend_from_slice(b",\n  \"traceEvents\": [");
-    }
-
-    /// Appends the metadata events for every row used, the span row, `Record Window End`, and the
-    /// document tail.
-    pub fn footer(&mut self, meta: &TraceMeta, trace_name: &str, out: &mut Vec<u8>) {
-        let ts = self.rel(meta.window_start);
-        let pid = meta.pid;
-        let mut m =
-            |enc: &mut Self, name: &str, pid: i64, tid: i64, key: &str, value: MetaValue| {
-                enc.sep(out);
-                out.extend_from_slice(b"{\"ph\":\"M\",\"name\":\"");
-                out.extend_from_slice(name.as_bytes());
-                out.extend_from_slice(b"\",\"ts\":");
-                push_us3(out, ts);
-                out.extend_from_slice(b",\"pid\":");
-                push_i64(out, pid);
-                out.extend_from_slice(b",\"tid\":");
-                push_i64(out, tid);
-                out.extend_from_slice(b",\"args\":{\"");
-                out.extend_from_slice(key.as_bytes());
-                out.extend_from_slice(b"\":");
-                match value {
-                    MetaValue::Str(s) => push_str_literal(out, s),
-                    MetaValue::Int(i) => push_i64(out, i),
+            d.object::<Inline>(key!("distributedInfo"), |i| {
+                i.u64(key!("rank"), rank as u64);
+                if let Some(ws) = window.world_size {
+                    i.u64(key!("world_size"), ws as u64);
                 }
-                out.extend_from_slice(b"}}");
-            };
-        let mut pids: BTreeSet<u32> = self.cpu_rows.iter().map(|(p, _)| *p).collect();
-        pids.insert(pid);
-        for p in pids {
-            m(
-                self,
-                "process_name",
-                p as i64,
-                0,
-                "name",
-                MetaValue::Str(&meta.process_name),
-            );
-            m(
-                self,
-                "process_labels",
-                p as i64,
-                0,
-                "labels",
-                MetaValue::Str("CPU"),
-            );
-            m(
-                self,
-                "process_sort_index",
-                p as i64,
-                0,
-                "sort_index",
-                MetaValue::Int(p as i64),
-            );
+            });
         }
-        let mut cpu_rows: Vec<(u32, u32)> = self.cpu_rows.iter().copied().collect();
-        cpu_rows.sort_unstable();
-        for (p, tid) in cpu_rows {
-            let tname = meta
-                .thread_names
-                .iter()
-                .find(|(t, _)| *t == tid)
-                .map(|(_, n)| n.as_str())
-                .filter(|n| !n.is_empty())
-                .unwrap_or(&meta.process_name);
-            let label = format!("thread {tid} ({tname})");
-            m(
-                self,
-                "thread_name",
-                p as i64,
-                tid as i64,
-                "name",
-                MetaValue::Str(&label),
-            );
-            m(
-                self,
-                "thread_sort_index",
-                p as i64,
-                tid as i64,
-                "sort_index",
-                MetaValue::Int(tid as i64),
-            );
+        d.str(key!("kinetrace_version"), env!("CARGO_PKG_VERSION"));
+        d.str(key!("host_name"), &window.host_name);
+        d.str(key!("displayTimeUnit"), "ms");
+        d.u64(key!("baseTimeNanoseconds"), base_ns);
+    });
+    doc.begin_array::<Rows>(out, key!("traceEvents"))
+}
+
+impl TraceEncoder {
+    /// Ends the document: the metadata events for every row used, the span row and
+    /// `Record Window End`, then `]`, the keys known only now, and `}`. `trace_name` becomes
+    /// `traceName` (Kineto writes the output path there).
+    pub fn finish(self, meta: &TraceMeta, trace_name: &str, out: &mut Vec<u8>) {
+        let TraceEncoder { ev, mut doc } = self;
+        doc.elements(out, |events| footer(&ev, meta, events));
+        let mut doc = doc.end(out);
+        doc.members(out, |d| tail(meta, trace_name, d));
+        doc.end(out);
+        out.push(b'\n');
+    }
+}
+
+/// The keys known only at the end.
+fn tail(meta: &TraceMeta, trace_name: &str, d: &mut Object<'_, Lines>) {
+    d.array::<NestedRows>(key!("deviceProperties"), |a| {
+        for dev in &meta.devices {
+            a.object::<Inline>(|o| device(dev, o));
         }
-        let devices: Vec<u32> = self.devices.iter().copied().collect();
-        for d in devices {
-            let label = format!("GPU {d}");
-            m(
-                self,
-                "process_name",
-                d as i64,
-                0,
-                "name",
-                MetaValue::Str(&meta.process_name),
-            );
-            m(
-                self,
-                "process_labels",
-                d as i64,
-                0,
-                "labels",
-                MetaValue::Str(&label),
-            );
-            let sort = d as u64 + GPU_SORT_BASE;
-            m(
-                self,
-                "process_sort_index",
-                d as i64,
-                0,
-                "sort_index",
-                MetaValue::Int(sort as i64),
-            );
+    });
+    d.str(key!("trace_id"), &meta.trace_id);
+    for (k, v) in &meta.metadata {
+        // Keys HTA's rank regex or the format itself own are not user metadata.
+        if !is_reserved_key(k) {
+            d.str(Key::escaped(k), v);
         }
-        let mut gpu_rows: Vec<(u32, u32)> = self.gpu_rows.iter().copied().collect();
-        gpu_rows.sort_unstable();
-        for (d, s) in gpu_rows {
-            let label = format!("stream {s} ");
-            m(
-                self,
-                "thread_name",
-                d as i64,
-                s as i64,
-                "name",
-                MetaValue::Str(&label),
-            );
-            m(
-                self,
-                "thread_sort_index",
-                d as i64,
-                s as i64,
-                "sort_index",
-                MetaValue::Int(s as i64),
-            );
+    }
+    d.object::<Inline>(key!("dropped_events"), |o| {
+        for (k, n) in &meta.dropped {
+            o.u64(Key::escaped(k), *n);
         }
-        let device_rows: Vec<u32> = self.device_rows.iter().copied().collect();
-        for d in device_rows {
-            let label = format!("Device {d}");
-            m(
-                self,
-                "thread_name",
-                d as i64,
-                1,
-                "name",
-                MetaValue::Str(&label),
-            );
+    });
+    d.str(key!("traceName"), trace_name);
+}
+
+/// The metadata events Kineto writes for rows, each with its one argument.
+#[derive(Clone, Copy)]
+enum Meta {
+    ProcessName,
+    ProcessLabels,
+    ProcessSortIndex,
+    ThreadName,
+    ThreadSortIndex,
+}
+
+impl Meta {
+    /// The event's `name` member and its argument's key.
+    fn parts(self) -> (Member, Key<'static>) {
+        match self {
+            Meta::ProcessName => (member!("name", "process_name"), key!("name")),
+            Meta::ProcessLabels => (member!("name", "process_labels"), key!("labels")),
+            Meta::ProcessSortIndex => (member!("name", "process_sort_index"), key!("sort_index")),
+            Meta::ThreadName => (member!("name", "thread_name"), key!("name")),
+            Meta::ThreadSortIndex => (member!("name", "thread_sort_index"), key!("sort_index")),
         }
-        if self.overhead {
-            m(
-                self,
-                "process_name",
-                -1,
-                0,
-                "name",
-                MetaValue::Str("CUPTI Overhead"),
-            );
-            m(
-                self,
-                "process_sort_index",
-                -1,
-                0,
-                "sort_index",
-                MetaValue::Int(0x100000A),
-            );
-        }
-        // The span row viewers show for the whole window. Named as Kineto names it: torch-tb-profiler
-        // takes the trace's extent from the event called `PyTorch Profiler (0)`.
-        self.sep(out);
-        out.extend_from_slice(b"{\"ph\":\"X\",\"cat\":\"Trace\",\"name\":\"PyTorch Profiler (");
-        push_u64(out, meta.cycle as u64);
-        out.extend_from_slice(b")\",\"pid\":\"Spans\",\"tid\":\"PyTorch Profiler\",\"ts\":");
-        push_us3(out, ts);
-        out.extend_from_slice(b",\"dur\":");
-        push_us3(out, meta.window_end.saturating_sub(meta.window_start));
-        out.extend_from_slice(b",\"args\":{\"Op count\":0}}");
-        self.sep(out);
-        out.extend_from_slice(b"{\"ph\":\"M\",\"name\":\"process_sort_index\",\"ts\":");
-        push_us3(out, ts);
-        out.extend_from_slice(b",\"pid\":\"Spans\",\"tid\":0,\"args\":{\"sort_index\":536870912}}");
-        self.sep(out);
-        out.extend_from_slice(b"{\"ph\":\"i\",\"s\":\"g\",\"name\":\"Iteration Start: PyTorch Profiler\",\"pid\":\"Traces\",\"tid\":\"Trace PyTorch Profiler\",\"ts\":");
-        push_us3(out, ts);
-        out.push(b'}');
-        self.sep(out);
-        out.extend_from_slice(b"{\"ph\":\"i\",\"s\":\"g\",\"name\":\"Record Window End\",\"pid\":\"\",\"tid\":\"\",\"ts\":");
-        push_us3(out, self.rel(meta.window_end));
-        out.extend_from_slice(b"}\n  ],\n  \"traceName\": ");
-        push_str_literal(out, trace_name);
-        out.extend_from_slice(b"\n}\n");
     }
 }
 
 enum MetaValue<'a> {
     Str(&'a str),
     Int(i64),
+}
+
+/// `{"ph":"M","name":…,"ts":…,"pid":…,"tid":…,"args":{key: value}}`.
+fn meta_event(
+    events: &mut Array<'_, Rows>,
+    ts: u64,
+    kind: Meta,
+    (pid, tid): (i64, i64),
+    value: MetaValue<'_>,
+) {
+    let (name, key) = kind.parts();
+    events.object::<Compact>(|e| {
+        e.member(member!("ph", "M"));
+        e.member(name);
+        e.us3(key!("ts"), ts);
+        e.i64(key!("pid"), pid);
+        e.i64(key!("tid"), tid);
+        e.object::<Compact>(key!("args"), |args| match value {
+            MetaValue::Str(s) => args.str(key, s),
+            MetaValue::Int(i) => args.i64(key, i),
+        });
+    });
+}
+
+/// The metadata events for every row used, the span row viewers show for the whole window, and
+/// `Record Window End`.
+fn footer(ev: &Events, meta: &TraceMeta, events: &mut Array<'_, Rows>) {
+    use Meta::*;
+    use MetaValue::{Int, Str};
+    let ts = ev.rel(meta.window_start);
+    let mut m = |kind, row, value: MetaValue<'_>| meta_event(events, ts, kind, row, value);
+    let mut pids: BTreeSet<u32> = ev.cpu_rows.iter().map(|(p, _)| *p).collect();
+    pids.insert(meta.pid);
+    for p in pids {
+        let row = (p as i64, 0);
+        m(ProcessName, row, Str(&meta.process_name));
+        m(ProcessLabels, row, Str("CPU"));
+        m(ProcessSortIndex, row, Int(p as i64));
+    }
+    let mut cpu_rows: Vec<(u32, u32)> = ev.cpu_rows.iter().copied().collect();
+    cpu_rows.sort_unstable();
+    for (p, tid) in cpu_rows {
+        let tname = meta
+            .thread_names
+            .iter()
+            .find(|(t, _)| *t == tid)
+            .map(|(_, n)| n.as_str())
+            .filter(|n| !n.is_empty())
+            .unwrap_or(&meta.process_name);
+        let row = (p as i64, tid as i64);
+        m(ThreadName, row, Str(&format!("thread {tid} ({tname})")));
+        m(ThreadSortIndex, row, Int(tid as i64));
+    }
+    for &d in &ev.devices {
+        let row = (d as i64, 0);
+        m(ProcessName, row, Str(&meta.process_name));
+        m(ProcessLabels, row, Str(&format!("GPU {d}")));
+        m(
+            ProcessSortIndex,
+            row,
+            Int((d as u64 + GPU_SORT_BASE) as i64),
+        );
+    }
+    let mut gpu_rows: Vec<(u32, u32)> = ev.gpu_rows.iter().copied().collect();
+    gpu_rows.sort_unstable();
+    for (d, s) in gpu_rows {
+        let row = (d as i64, s as i64);
+        // The trailing space is Kineto's.
+        m(ThreadName, row, Str(&format!("stream {s} ")));
+        m(ThreadSortIndex, row, Int(s as i64));
+    }
+    for &d in &ev.device_rows {
+        m(ThreadName, (d as i64, 1), Str(&format!("Device {d}")));
+    }
+    if ev.overhead {
+        m(ProcessName, (-1, 0), Str("CUPTI Overhead"));
+        m(ProcessSortIndex, (-1, 0), Int(0x100000A));
+    }
+    // Named as Kineto names it: torch-tb-profiler takes the trace's extent from the event called
+    // `PyTorch Profiler (0)`.
+    events.object::<Compact>(|e| {
+        e.member(member!("ph", "X"));
+        e.member(member!("cat", "Trace"));
+        e.str_parts(
+            key!("name"),
+            &["PyTorch Profiler (", &meta.cycle.to_string(), ")"],
+        );
+        e.member(member!("pid", "Spans"));
+        e.member(member!("tid", "PyTorch Profiler"));
+        e.us3(key!("ts"), ts);
+        e.us3(
+            key!("dur"),
+            meta.window_end.saturating_sub(meta.window_start),
+        );
+        e.object::<Compact>(key!("args"), |args| args.u64(key!("Op count"), 0));
+    });
+    events.object::<Compact>(|e| {
+        e.member(member!("ph", "M"));
+        e.member(member!("name", "process_sort_index"));
+        e.us3(key!("ts"), ts);
+        e.member(member!("pid", "Spans"));
+        e.u64(key!("tid"), 0);
+        e.object::<Compact>(key!("args"), |args| {
+            args.u64(key!("sort_index"), 0x2000_0000)
+        });
+    });
+    events.object::<Compact>(|e| {
+        e.member(member!("ph", "i"));
+        e.member(member!("s", "g"));
+        e.member(member!("name", "Iteration Start: PyTorch Profiler"));
+        e.member(member!("pid", "Traces"));
+        e.member(member!("tid", "Trace PyTorch Profiler"));
+        e.us3(key!("ts"), ts);
+    });
+    events.object::<Compact>(|e| {
+        e.member(member!("ph", "i"));
+        e.member(member!("s", "g"));
+        e.member(member!("name", "Record Window End"));
+        e.member(member!("pid", ""));
+        e.member(member!("tid", ""));
+        e.us3(key!("ts"), ev.rel(meta.window_end));
+    });
 }
 
 fn is_reserved_key(k: &str) -> bool {
@@ -279,36 +258,26 @@ fn is_reserved_key(k: &str) -> bool {
     )
 }
 
-fn device_json(d: &DeviceProperties, out: &mut Vec<u8>) {
-    out.extend_from_slice(b"\"id\": ");
-    push_u64(out, d.id as u64);
-    out.extend_from_slice(b", \"name\": ");
-    push_str_literal(out, &d.name);
-    let mut field = |k: &str, v: u64| {
-        out.extend_from_slice(b", \"");
-        out.extend_from_slice(k.as_bytes());
-        out.extend_from_slice(b"\": ");
-        push_u64(out, v);
-    };
-    field("totalGlobalMem", d.total_global_mem);
-    field("computeMajor", d.compute_major as u64);
-    field("computeMinor", d.compute_minor as u64);
-    field("maxThreadsPerBlock", d.max_threads_per_block as u64);
-    field(
-        "maxThreadsPerMultiprocessor",
-        d.max_threads_per_multiprocessor as u64,
-    );
-    field("regsPerBlock", d.regs_per_block as u64);
-    field("warpSize", d.warp_size as u64);
-    field("sharedMemPerBlock", d.shared_mem_per_block);
-    field("numSms", d.num_sms as u64);
+fn device(d: &DeviceProperties, o: &mut Object<'_, Inline>) {
+    o.u64(key!("id"), d.id as u64);
+    o.str(key!("name"), &d.name);
+    o.u64(key!("totalGlobalMem"), d.total_global_mem);
+    o.u64(key!("computeMajor"), d.compute_major as u64);
+    o.u64(key!("computeMinor"), d.compute_minor as u64);
+    o.u64(key!("maxThreadsPerBlock"), d.max_threads_per_block as u64);
+    let per_mp = d.max_threads_per_multiprocessor as u64;
+    o.u64(key!("maxThreadsPerMultiprocessor"), per_mp);
+    o.u64(key!("regsPerBlock"), d.regs_per_block as u64);
+    o.u64(key!("warpSize"), d.warp_size as u64);
+    o.u64(key!("sharedMemPerBlock"), d.shared_mem_per_block);
+    o.u64(key!("numSms"), d.num_sms as u64);
     if let Some(v) = d.regs_per_multiprocessor {
-        field("regsPerMultiprocessor", v as u64);
+        o.u64(key!("regsPerMultiprocessor"), v as u64);
     }
     if let Some(v) = d.shared_mem_per_block_optin {
-        field("sharedMemPerBlockOptin", v);
+        o.u64(key!("sharedMemPerBlockOptin"), v);
     }
     if let Some(v) = d.shared_mem_per_multiprocessor {
-        field("sharedMemPerMultiprocessor", v);
+        o.u64(key!("sharedMemPerMultiprocessor"), v);
     }
 }

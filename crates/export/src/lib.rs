@@ -8,7 +8,7 @@ it unchanged), and a reader for Kineto traces in every timestamp variant found i
 
 mod document;
 pub mod encoder;
-pub mod json;
+mod json;
 pub mod reader;
 pub mod writer;
 

@@ -1,31 +1,47 @@
 //! The streaming Kineto writer.
 //!
-//! Events are serialized as they arrive into a spool file beside the target, so memory does not grow
-//! with the trace. When the window ends the header (which needs facts only known then: drop counts,
-//! devices) is written to a hidden temporary file, the spooled events are copied after it, the
-//! per-row metadata events and `Record Window End` close the array, and the temporary file is
-//! renamed over the target. A crash at any point leaves no half-written trace under the final name.
+//! Every byte is written once: when a window opens, the sink creates a hidden temporary file beside
+//! the target and writes the document head (what is known then, `distributedInfo` first); events are
+//! encoded into 1 MiB buffers that a writer thread writes (or gzips) while the next one fills; when
+//! the window ends the metadata events, `]` and the keys known only then (devices, drop counts,
+//! metadata) close the document, and the temporary file is renamed into place. A crash or a write
+//! error at any point leaves no half-written trace under the final name. Memory stays bounded by
+//! the three buffers.
 //!
-//! Unfinished files (spools and temporary traces) are hidden (`.` first) and their names end with
+//! Unfinished files are hidden (`.` first) and their names end with
 //! `@{host}@{pid namespace}@{pid}.tmp`, so that what a killed process left can be told apart from a
 //! live one's, even in a trace directory shared over NFS by several nodes: [`remove_abandoned`]
 //! removes only files of this host (and pid namespace) whose process is gone. The files a process
 //! has open are also listed here, so that an exit that cannot wait for a save can remove them
 //! ([`abandon_unfinished`]).
+//!
+//! The finished file is not fsynced before the rename, as Kineto does not: a crash of the process
+//! cannot expose a partial file (the rename comes after the last write), and durability against a
+//! power loss is not worth making every save (and an exit that waits for one) wait for the disk.
 
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::thread::JoinHandle;
 
 use kinetrace_core::activity::Activity;
 use kinetrace_core::intern::NameId;
-use kinetrace_core::{Sink, SinkFactory, TraceMeta, TraceOutput, UnixNanos};
+use kinetrace_core::{Sink, SinkFactory, TraceMeta, TraceOutput, UnixNanos, WindowInfo};
 
 pub use crate::encoder::TraceEncoder;
 
 /// Kineto's "3-month" bucket for `baseTimeNanoseconds`: 3 × 2,629,746 s.
 pub const BASE_TIME_BUCKET_NS: u64 = 7_889_238_000_000_000;
+
+/// Encoded bytes are written out once this many have gathered: large enough that a write costs
+/// little per event, small enough to bound memory (a buffer holds at most this plus one event).
+const WRITE_AT: usize = 1 << 20;
+
+/// A buffer's capacity: room for the last event that crosses [`WRITE_AT`] without growing.
+const BUFFER_CAPACITY: usize = WRITE_AT + (64 << 10);
 
 /// This process's `baseTimeNanoseconds`: computed once, so every trace of a process (and every
 /// process started in the same 3-month bucket) shares a zero point.
@@ -39,6 +55,17 @@ pub fn base_time_for(t: UnixNanos) -> u64 {
     t.0 / BASE_TIME_BUCKET_NS * BASE_TIME_BUCKET_NS
 }
 
+/// What a trace's head needs from `meta`, for traces rendered after the fact.
+pub fn window_of(meta: &TraceMeta) -> WindowInfo {
+    WindowInfo {
+        cycle: meta.cycle,
+        rank: meta.rank,
+        world_size: meta.world_size,
+        pid: meta.pid,
+        host_name: meta.host_name.clone(),
+    }
+}
+
 /// Renders a whole trace in memory (for tests, golden files and small exports).
 pub fn render_trace(
     meta: &TraceMeta,
@@ -46,15 +73,12 @@ pub fn render_trace(
     base_ns: u64,
     trace_name: &str,
 ) -> Vec<u8> {
-    let mut enc = TraceEncoder::new(base_ns);
-    let mut body = Vec::new();
-    for a in activities {
-        enc.event(a, &mut body);
-    }
     let mut out = Vec::new();
-    enc.header(meta, &mut out);
-    out.extend_from_slice(&body);
-    enc.footer(meta, trace_name, &mut out);
+    let mut enc = TraceEncoder::begin(&window_of(meta), base_ns, &mut out);
+    for a in activities {
+        enc.event(a, &mut out);
+    }
+    enc.finish(meta, trace_name, &mut out);
     out
 }
 
@@ -91,44 +115,280 @@ pub fn default_worker_name() -> String {
 }
 
 impl SinkFactory for TraceDir {
-    fn open(&mut self, cycle: u32) -> io::Result<Box<dyn Sink>> {
-        Ok(Box::new(KinetoSink::create(self.clone(), cycle)?))
+    fn open(&mut self, window: &WindowInfo) -> io::Result<Box<dyn Sink>> {
+        Ok(Box::new(KinetoSink::create(self.clone(), window)?))
     }
 }
+
+/// Where the encoded bytes go: the temporary file, through gzip if asked.
+enum Output {
+    Plain(File),
+    Gzip(Box<flate2::write::GzEncoder<BufWriter<File>>>),
+    /// Fails every write after `budget` bytes, as a full disk does (tests only).
+    #[cfg(test)]
+    Failing {
+        file: File,
+        budget: usize,
+    },
+}
+
+impl Output {
+    fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            Output::Plain(f) => f.write_all(bytes),
+            Output::Gzip(g) => g.write_all(bytes),
+            #[cfg(test)]
+            Output::Failing { file, budget } => {
+                if bytes.len() > *budget {
+                    return Err(io::Error::from_raw_os_error(28)); // ENOSPC
+                }
+                *budget -= bytes.len();
+                file.write_all(bytes)
+            }
+        }
+    }
+
+    /// Completes the stream (the gzip trailer) and closes the file.
+    fn finish(self) -> io::Result<()> {
+        match self {
+            Output::Plain(_) => Ok(()),
+            Output::Gzip(g) => g.finish()?.flush(),
+            #[cfg(test)]
+            Output::Failing { .. } => Ok(()),
+        }
+    }
+}
+
+/// Buffers per sink: one filling, the others queued for or being written by the writer thread.
+/// Bounds the memory a window's trace takes to this many times [`WRITE_AT`] (plus one event each).
+const BUFFERS: usize = 3;
+
+/// How full buffers reach the file.
+enum Sending {
+    /// A writer thread writes them while the next one fills, so encoding and the kernel's copy into
+    /// the page cache (or compression) overlap.
+    Thread(WriterThread),
+    /// Written by the caller, when no thread could be started.
+    Inline(Output),
+}
+
+/// The writer thread's ends of two bounded queues: full buffers go to it in order, and each comes
+/// back empty once written (or the write error comes back instead). The filling side waits for an
+/// empty buffer before handing a full one over, so at most [`BUFFERS`] exist.
+struct WriterThread {
+    full: SyncSender<Vec<u8>>,
+    empty: Receiver<io::Result<Vec<u8>>>,
+    handle: JoinHandle<io::Result<()>>,
+}
+
+impl WriterThread {
+    /// Starts the thread writing to `out`, or gives `out` back if no thread can be started.
+    fn start(out: Output) -> Result<Self, Output> {
+        let (full, full_rx) = mpsc::sync_channel::<Vec<u8>>(BUFFERS);
+        let (empty_tx, empty) = mpsc::sync_channel(BUFFERS);
+        for _ in 1..BUFFERS {
+            // Cannot fail: the queue has room for every buffer and its receiver is here.
+            let _ = empty_tx.send(Ok(Vec::with_capacity(BUFFER_CAPACITY)));
+        }
+        // `out` is handed over once the thread runs, so that a failed start keeps it.
+        let (out_tx, out_rx) = mpsc::sync_channel::<Output>(1);
+        let spawned = std::thread::Builder::new()
+            .name("kinetrace-writer".into())
+            .spawn(move || match out_rx.recv() {
+                Ok(out) => write_buffers(out, full_rx, empty_tx),
+                Err(_) => Ok(()),
+            });
+        let Ok(handle) = spawned else {
+            return Err(out);
+        };
+        if let Err(mpsc::SendError(out)) = out_tx.send(out) {
+            return Err(out);
+        }
+        Ok(WriterThread {
+            full,
+            empty,
+            handle,
+        })
+    }
+
+    /// Hands `buf` over to be written and puts an empty buffer in its place.
+    fn hand_off(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
+        let empty = match self.empty.recv() {
+            Ok(r) => r?,
+            Err(_) => return Err(self.stopped()),
+        };
+        let full = std::mem::replace(buf, empty);
+        self.full.send(full).map_err(|_| self.stopped())
+    }
+
+    /// Why the thread is gone: the write error it sent, if it got that far.
+    fn stopped(&self) -> io::Error {
+        self.empty
+            .try_iter()
+            .find_map(Result::err)
+            .unwrap_or_else(|| io::Error::other("the trace writer thread stopped"))
+    }
+
+    /// Waits until everything handed over is written and the file is complete and closed.
+    fn finish(self) -> io::Result<()> {
+        // Closing the queue ends the thread once it has written what is queued.
+        drop(self.full);
+        match self.handle.join() {
+            Ok(r) => r,
+            Err(_) => Err(io::Error::other("the trace writer thread panicked")),
+        }
+    }
+}
+
+/// The writer thread: writes each full buffer, sends it back empty, and completes the file when the
+/// queue closes. A write error is sent back once and ends the thread (the sink then gives up).
+fn write_buffers(
+    mut out: Output,
+    full: Receiver<Vec<u8>>,
+    empty: SyncSender<io::Result<Vec<u8>>>,
+) -> io::Result<()> {
+    for mut buf in full {
+        if let Err(e) = out.write_all(&buf) {
+            // The receiver may be gone already (a discarded sink): nothing to tell then.
+            let _ = empty.send(Err(io::Error::new(e.kind(), e.to_string())));
+            return Err(e);
+        }
+        buf.clear();
+        let _ = empty.send(Ok(buf));
+    }
+    out.finish()
+}
+
+/// Gives each sink of this process its own temporary file name (the cycle alone repeats when a
+/// profiler is started again).
+static SINK_SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// A [`Sink`] that streams one window into a Kineto trace file.
 pub struct KinetoSink {
     target: TraceDir,
-    encoder: TraceEncoder,
-    spool_path: PathBuf,
-    spool: BufWriter<File>,
-    scratch: Vec<u8>,
+    tmp_path: PathBuf,
+    encoder: Option<TraceEncoder>,
+    buf: Vec<u8>,
+    out: Option<Sending>,
+    /// The first write error: later records are refused with it, and `finish` reports it.
+    failed: Option<(io::ErrorKind, String)>,
+    /// The process that created the sink. A child forked from it holds a copy whose file and
+    /// writer thread are the parent's: the copy writes nothing and removes nothing.
+    owner: u32,
 }
 
 impl KinetoSink {
-    /// Opens the spool for cycle `cycle` in `target.dir` (creating the directory).
-    pub fn create(target: TraceDir, cycle: u32) -> io::Result<Self> {
+    /// Creates the temporary file for `window` in `target.dir` (creating the directory), starts
+    /// its writer thread and writes the trace head.
+    pub fn create(target: TraceDir, window: &WindowInfo) -> io::Result<Self> {
+        Self::create_with(target, window, true, |out| out)
+    }
+
+    /// [`create`](Self::create), with or without a writer thread, and with the output wrapped by
+    /// `wrap` (tests put a failing disk there).
+    fn create_with(
+        target: TraceDir,
+        window: &WindowInfo,
+        threaded: bool,
+        wrap: impl FnOnce(Output) -> Output,
+    ) -> io::Result<Self> {
         fs::create_dir_all(&target.dir)
             .map_err(|e| with_path(e, &target.dir, "create directory"))?;
-        let spool_path = target.dir.join(unfinished_name(&format!(
-            "{}.{}.events",
-            target.worker, cycle
-        )));
-        let spool = create_unfinished(&spool_path)?;
-        Ok(KinetoSink {
+        // Relaxed: only uniqueness matters.
+        let seq = SINK_SEQ.fetch_add(1, Ordering::Relaxed);
+        let mut stem = format!("{}.{}.{seq}.pt.trace.json", target.worker, window.cycle);
+        if target.gzip {
+            stem.push_str(".gz");
+        }
+        let tmp_path = target.dir.join(unfinished_name(&stem));
+        let file = create_unfinished(&tmp_path)?;
+        let out = wrap(if target.gzip {
+            Output::Gzip(Box::new(flate2::write::GzEncoder::new(
+                BufWriter::with_capacity(256 << 10, file),
+                flate2::Compression::fast(),
+            )))
+        } else {
+            Output::Plain(file)
+        });
+        let out = match threaded {
+            true => WriterThread::start(out).map_or_else(Sending::Inline, Sending::Thread),
+            false => Sending::Inline(out),
+        };
+        let mut buf = Vec::with_capacity(BUFFER_CAPACITY);
+        let encoder = TraceEncoder::begin(window, process_base_time_ns(), &mut buf);
+        let mut sink = KinetoSink {
             target,
-            encoder: TraceEncoder::new(process_base_time_ns()),
-            spool_path,
-            spool: BufWriter::with_capacity(1 << 20, spool),
-            scratch: Vec::with_capacity(4096),
-        })
+            tmp_path,
+            encoder: Some(encoder),
+            buf,
+            out: Some(out),
+            failed: None,
+            owner: std::process::id(),
+        };
+        // The head goes out at once: the unfinished file starts as the trace will (the rank first).
+        sink.write_buf()?;
+        Ok(sink)
+    }
+
+    /// Sends the buffer to the file. After a failure the temporary file is removed at once (a full
+    /// disk gets its space back), and the error is kept for every later call.
+    fn write_buf(&mut self) -> io::Result<()> {
+        if self.failed.is_some() {
+            return Err(self.error());
+        }
+        if std::process::id() != self.owner {
+            // Checked here, once a buffer, rather than per record. Waiting on the parent's thread
+            // would hang; writing to the shared file would corrupt the parent's trace.
+            let e = io::Error::other(format!(
+                "this process was forked from {} while it wrote {}: the trace is the parent's",
+                self.owner,
+                self.tmp_path.display()
+            ));
+            return Err(self.give_up(e));
+        }
+        let result = match self.out.as_mut() {
+            Some(Sending::Thread(w)) => w.hand_off(&mut self.buf),
+            Some(Sending::Inline(out)) => {
+                let r = out.write_all(&self.buf);
+                self.buf.clear();
+                r
+            }
+            None => Ok(()),
+        };
+        result.map_err(|e| self.fail(e))
+    }
+
+    /// Gives up on the trace after `e`: stops the writer, removes the temporary file, and keeps the
+    /// error (with the file's name) for every later call.
+    fn fail(&mut self, e: io::Error) -> io::Error {
+        let e = with_path(e, &self.tmp_path, "write");
+        let e = self.give_up(e);
+        remove_unfinished(&self.tmp_path);
+        e
+    }
+
+    /// Stops the sink for good with `e`, kept for every later call.
+    fn give_up(&mut self, e: io::Error) -> io::Error {
+        // Dropping the writer closes its queue: its thread ends after the write in progress.
+        self.out = None;
+        self.encoder = None;
+        self.buf = Vec::new();
+        self.failed = Some((e.kind(), e.to_string()));
+        e
+    }
+
+    /// Why nothing more can be written: the write error that stopped the sink.
+    fn error(&self) -> io::Error {
+        match &self.failed {
+            Some((kind, msg)) => io::Error::new(*kind, msg.clone()),
+            None => io::Error::other(format!("{} is already finished", self.tmp_path.display())),
+        }
     }
 
     fn publish(mut self, meta: &TraceMeta) -> io::Result<TraceOutput> {
-        if let Err(e) = self.spool.flush() {
-            // A full disk: leave nothing behind (dropping `self` removes the spool).
-            return Err(with_path(e, &self.spool_path, "write"));
-        }
+        let Some(encoder) = self.encoder.take() else {
+            return Err(self.error());
+        };
         let now_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
@@ -138,41 +398,20 @@ impl KinetoSink {
             name.push_str(".gz");
         }
         let final_path = self.target.dir.join(&name);
-        let tmp_path = self.target.dir.join(unfinished_name(&name));
-        let result = (|| {
-            let mut head = Vec::new();
-            self.encoder.header(meta, &mut head);
-            let mut tail = Vec::new();
-            self.encoder
-                .footer(meta, &final_path.to_string_lossy(), &mut tail);
-            let mut file = create_unfinished(&tmp_path)?;
-            let mut spool = File::open(&self.spool_path)?;
-            if self.target.gzip {
-                let mut w = flate2::write::GzEncoder::new(
-                    BufWriter::with_capacity(1 << 20, file),
-                    flate2::Compression::fast(),
-                );
-                w.write_all(&head)?;
-                io::copy(&mut spool, &mut w)?;
-                w.write_all(&tail)?;
-                w.finish()?.flush()?;
-            } else {
-                file.write_all(&head)?;
-                // File to file: the kernel copies (copy_file_range) without a trip through userspace.
-                io::copy(&mut spool, &mut file)?;
-                file.write_all(&tail)?;
-                file.flush()?;
-            }
-            finish_unfinished(&tmp_path, &final_path)
-        })();
-        remove_unfinished(&self.spool_path);
-        if result.is_err() {
-            remove_unfinished(&tmp_path);
-        }
-        result?;
+        let events = encoder.events();
+        encoder.finish(meta, &final_path.to_string_lossy(), &mut self.buf);
+        self.write_buf()?;
+        let completed = match self.out.take() {
+            Some(Sending::Thread(w)) => w.finish(),
+            Some(Sending::Inline(out)) => out.finish(),
+            None => Ok(()),
+        };
+        completed.map_err(|e| self.fail(e))?;
+        // Dropping `self` on an error here removes the temporary file.
+        finish_unfinished(&self.tmp_path, &final_path)?;
         Ok(TraceOutput {
             path: Some(final_path),
-            events: self.encoder.events(),
+            events,
             cycle: meta.cycle,
         })
     }
@@ -183,10 +422,16 @@ fn with_path(e: io::Error, path: &Path, what: &str) -> io::Error {
 }
 
 impl Sink for KinetoSink {
+    #[inline]
     fn record(&mut self, activity: &Activity) -> io::Result<()> {
-        self.scratch.clear();
-        self.encoder.event(activity, &mut self.scratch);
-        self.spool.write_all(&self.scratch)
+        let Some(encoder) = self.encoder.as_mut() else {
+            return Err(self.error());
+        };
+        encoder.event(activity, &mut self.buf);
+        if self.buf.len() >= WRITE_AT {
+            self.write_buf()?;
+        }
+        Ok(())
     }
 
     fn finish(self: Box<Self>, meta: &TraceMeta) -> io::Result<TraceOutput> {
@@ -194,15 +439,19 @@ impl Sink for KinetoSink {
     }
 
     fn discard(self: Box<Self>) {
-        // Dropping removes the spool.
+        // Dropping removes the temporary file.
         drop(self);
     }
 }
 
 impl Drop for KinetoSink {
     fn drop(&mut self) {
-        // However the sink ends (published, discarded, dropped while unwinding), its spool goes.
-        remove_unfinished(&self.spool_path);
+        // However the sink ends (discarded, failed, dropped while unwinding), its unfinished file
+        // goes; a published one is no longer listed, so this leaves it alone. A forked child's copy
+        // leaves the parent's file alone.
+        if std::process::id() == self.owner {
+            remove_unfinished(&self.tmp_path);
+        }
     }
 }
 
@@ -304,7 +553,7 @@ fn remove_unfinished(path: &Path) {
 }
 
 /// For process exit when a save in progress cannot be waited for: removes every unfinished file of
-/// this process (a spool, the temporary trace being written; removing an open file is fine) and
+/// this process (the temporary traces being written; removing an open file is fine) and
 /// makes every later create or rename fail, so no trace appears after this returns. Returns how
 /// many files were removed.
 pub fn abandon_unfinished() -> usize {
@@ -419,17 +668,293 @@ mod tests {
     }
 
     #[test]
-    fn a_sink_leaves_no_spool_however_it_ends() {
+    fn a_sink_leaves_no_unfinished_file_however_it_ends() {
         let tmp = tempfile::tempdir().unwrap();
         let mut dir = TraceDir::new(tmp.path());
         dir.worker = "w".into();
-        let sink = KinetoSink::create(dir.clone(), 0).unwrap();
-        let spool = sink.spool_path.clone();
-        assert!(spool.exists());
+        let sink = KinetoSink::create(dir.clone(), &WindowInfo::default()).unwrap();
+        let unfinished = sink.tmp_path.clone();
+        assert!(unfinished.exists());
         drop(sink);
-        assert!(!spool.exists(), "a dropped sink removes its spool");
-        let sink: Box<dyn Sink> = Box::new(KinetoSink::create(dir, 1).unwrap());
+        assert!(!unfinished.exists(), "a dropped sink removes its file");
+        let sink: Box<dyn Sink> =
+            Box::new(KinetoSink::create(dir, &WindowInfo::default()).unwrap());
         sink.discard();
         assert_eq!(fs::read_dir(tmp.path()).unwrap().count(), 0);
+    }
+}
+
+#[cfg(test)]
+mod single_pass_tests {
+    use super::*;
+    use kinetrace_core::activity::{CpuSpan, Detail};
+    use std::os::unix::fs::MetadataExt;
+
+    fn hidden(dir: &Path) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with('.'))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn the_file_written_while_recording_is_the_one_renamed_into_place() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut dir = TraceDir::new(tmp.path());
+        dir.worker = "w".into();
+        let window = WindowInfo {
+            rank: Some(3),
+            world_size: Some(4),
+            ..Default::default()
+        };
+        let mut sink = KinetoSink::create(dir, &window).unwrap();
+        let name = kinetrace_core::intern("aten::mm");
+        // Far more than any write buffer holds, so bytes reach the disk before the window ends.
+        for i in 0..50_000u64 {
+            let a = Activity {
+                start: UnixNanos(1_790_857_026_000_000_000 + i * 1000),
+                end: UnixNanos(1_790_857_026_000_000_000 + i * 1000 + 500),
+                correlation: None,
+                external_id: Some(i),
+                detail: Detail::CpuOp(CpuSpan {
+                    name,
+                    pid: 1,
+                    tid: 2,
+                }),
+            };
+            sink.record(&a).unwrap();
+        }
+        // One unfinished file, and it starts as the finished trace starts: the head went first.
+        let files = hidden(tmp.path());
+        assert_eq!(files.len(), 1, "{files:?}");
+        let so_far = fs::read(&files[0]).unwrap();
+        let want_head =
+            b"{\n  \"schemaVersion\": 1,\n  \"distributedInfo\": {\"rank\": 3, \"world_size\": 4},";
+        assert!(
+            so_far.starts_with(want_head),
+            "the unfinished file starts with {:?}",
+            String::from_utf8_lossy(&so_far[..so_far.len().min(120)])
+        );
+        let inode = fs::metadata(&files[0]).unwrap().ino();
+        let meta = TraceMeta {
+            rank: Some(3),
+            world_size: Some(4),
+            ..Default::default()
+        };
+        let out = Box::new(sink).finish(&meta).unwrap();
+        let path = out.path.unwrap();
+        // Renamed, not copied: the finished trace is the very file the events streamed into.
+        assert_eq!(fs::metadata(&path).unwrap().ino(), inode);
+        let done = fs::read(&path).unwrap();
+        assert!(done.starts_with(&so_far));
+        let v: serde_json::Value = serde_json::from_slice(&done).unwrap();
+        let events = v["traceEvents"].as_array().unwrap();
+        assert_eq!(
+            events.iter().filter(|e| e["cat"] == "cpu_op").count(),
+            50_000
+        );
+        assert_eq!(events.last().unwrap()["name"], "Record Window End");
+        assert_eq!(fs::read_dir(tmp.path()).unwrap().count(), 1);
+    }
+
+    fn cpu_op(i: u64) -> Activity {
+        Activity {
+            start: UnixNanos(1_790_857_026_000_000_000 + i * 1000),
+            end: UnixNanos(1_790_857_026_000_000_000 + i * 1000 + 500),
+            correlation: None,
+            external_id: Some(i),
+            detail: Detail::CpuOp(CpuSpan {
+                name: kinetrace_core::intern("aten::mm"),
+                pid: 1,
+                tid: 2,
+            }),
+        }
+    }
+
+    /// A sink (with or without its writer thread) whose disk fills up after `budget` bytes.
+    fn filling_sink(dir: &Path, budget: usize, threaded: bool) -> io::Result<KinetoSink> {
+        let mut target = TraceDir::new(dir);
+        target.worker = "w".into();
+        let window = WindowInfo::default();
+        KinetoSink::create_with(target, &window, threaded, |out| match out {
+            Output::Plain(file) => Output::Failing { file, budget },
+            other => other,
+        })
+    }
+
+    fn entries(dir: &Path) -> Vec<PathBuf> {
+        fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect()
+    }
+
+    #[test]
+    fn a_write_error_while_recording_leaves_nothing_and_says_where() {
+        for threaded in [true, false] {
+            let tmp = tempfile::tempdir().unwrap();
+            let mut sink = filling_sink(tmp.path(), 3 << 20, threaded).unwrap();
+            let unfinished = sink.tmp_path.clone();
+            let failed = (0..1_000_000u64).find_map(|i| sink.record(&cpu_op(i)).err());
+            let e = failed.expect("the disk filled up");
+            let msg = e.to_string();
+            assert!(msg.contains(&*unfinished.to_string_lossy()), "{msg}");
+            assert!(msg.contains("No space left on device"), "{msg}");
+            // The space comes back at once, and the sink stays failed.
+            assert_eq!(
+                entries(tmp.path()),
+                Vec::<PathBuf>::new(),
+                "threaded: {threaded}"
+            );
+            assert_eq!(sink.record(&cpu_op(0)).unwrap_err().to_string(), msg);
+            let r = Box::new(sink).finish(&TraceMeta::default());
+            assert_eq!(r.unwrap_err().to_string(), msg);
+            assert_eq!(entries(tmp.path()), Vec::<PathBuf>::new());
+        }
+    }
+
+    #[test]
+    fn a_write_error_at_the_end_leaves_nothing() {
+        for threaded in [true, false] {
+            let tmp = tempfile::tempdir().unwrap();
+            let mut sink = filling_sink(tmp.path(), 1000, threaded).unwrap();
+            for i in 0..10 {
+                sink.record(&cpu_op(i)).unwrap();
+            }
+            let e = Box::new(sink)
+                .finish(&TraceMeta::default())
+                .expect_err("the tail does not fit");
+            assert!(e.to_string().starts_with("cannot write "), "{e}");
+            assert_eq!(
+                entries(tmp.path()),
+                Vec::<PathBuf>::new(),
+                "threaded: {threaded}"
+            );
+        }
+    }
+
+    #[test]
+    fn no_room_for_the_head_leaves_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        // Written here, the head fails at once.
+        let e = filling_sink(tmp.path(), 0, false).err().expect("no room");
+        assert!(e.to_string().starts_with("cannot write "), "{e}");
+        assert_eq!(entries(tmp.path()), Vec::<PathBuf>::new());
+        // Written by the thread, the failure comes back at the next hand-over: here the end.
+        let sink = filling_sink(tmp.path(), 0, true).unwrap();
+        let e = Box::new(sink).finish(&TraceMeta::default()).unwrap_err();
+        assert!(e.to_string().starts_with("cannot write "), "{e}");
+        assert_eq!(entries(tmp.path()), Vec::<PathBuf>::new());
+    }
+
+    #[test]
+    fn a_forked_copy_writes_nothing_and_leaves_the_parents_file() {
+        for threaded in [true, false] {
+            let tmp = tempfile::tempdir().unwrap();
+            let mut target = TraceDir::new(tmp.path());
+            target.worker = "w".into();
+            let window = WindowInfo::default();
+            let mut sink = KinetoSink::create_with(target, &window, threaded, |o| o).unwrap();
+            let unfinished = sink.tmp_path.clone();
+            // As a child forked from the creator sees its copy.
+            sink.owner = std::process::id().wrapping_add(1);
+            let failed = (0..1_000_000u64).find_map(|i| sink.record(&cpu_op(i)).err());
+            let e = failed.expect("refused at the first full buffer");
+            assert!(e.to_string().contains("forked"), "{e}");
+            assert!(Box::new(sink).finish(&TraceMeta::default()).is_err());
+            // The parent's unfinished file is still there and holds only what the parent wrote:
+            // the head (its writer thread may still be writing it, hence the wait).
+            let mut head = Vec::new();
+            let _ = TraceEncoder::begin(&window, process_base_time_ns(), &mut head);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            loop {
+                let got = fs::read(&unfinished).unwrap();
+                if got == head {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "threaded: {threaded}: the file holds {:?}",
+                    String::from_utf8_lossy(&got)
+                );
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+    }
+
+    #[test]
+    fn without_a_writer_thread_the_trace_is_the_same() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut texts = Vec::new();
+        for threaded in [true, false] {
+            let mut target = TraceDir::new(tmp.path());
+            target.worker = format!("w{threaded}");
+            let window = WindowInfo {
+                rank: Some(1),
+                ..Default::default()
+            };
+            let mut sink = KinetoSink::create_with(target, &window, threaded, |o| o).unwrap();
+            for i in 0..20_000 {
+                sink.record(&cpu_op(i)).unwrap();
+            }
+            let path = Box::new(sink)
+                .finish(&TraceMeta::default())
+                .unwrap()
+                .path
+                .unwrap();
+            let text = fs::read_to_string(&path).unwrap();
+            // Only `traceName` (the file's own name) differs.
+            texts.push(text.replace(&*path.to_string_lossy(), "NAME"));
+        }
+        assert_eq!(texts[0], texts[1]);
+        serde_json::from_str::<serde_json::Value>(&texts[0]).unwrap();
+    }
+
+    #[test]
+    fn a_gzip_trace_streams_through_the_encoder_with_the_rank_first() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut target = TraceDir::new(tmp.path());
+        target.worker = "w".into();
+        target.gzip = true;
+        let window = WindowInfo {
+            rank: Some(5),
+            world_size: Some(8),
+            ..Default::default()
+        };
+        let mut sink = KinetoSink::create(target, &window).unwrap();
+        for i in 0..30_000 {
+            sink.record(&cpu_op(i)).unwrap();
+        }
+        let meta = TraceMeta {
+            rank: Some(5),
+            world_size: Some(8),
+            ..Default::default()
+        };
+        let path = Box::new(sink).finish(&meta).unwrap().path.unwrap();
+        assert!(
+            path.to_string_lossy().ends_with(".pt.trace.json.gz"),
+            "{path:?}"
+        );
+        let mut text = String::new();
+        io::Read::read_to_string(
+            &mut flate2::read::GzDecoder::new(File::open(&path).unwrap()),
+            &mut text,
+        )
+        .unwrap();
+        // HTA reads gzip traces line by line for `"rank": N`.
+        let third = text.lines().nth(2).unwrap();
+        assert_eq!(
+            third,
+            "  \"distributedInfo\": {\"rank\": 5, \"world_size\": 8},"
+        );
+        let trace = crate::read_trace(&path).unwrap();
+        assert_eq!((trace.rank, trace.world_size), (Some(5), Some(8)));
+        let cpu_op = |e: &&crate::TraceEvent| e.cat.is_some_and(|c| trace.str(c) == "cpu_op");
+        let ops = trace.events.iter().filter(cpu_op);
+        assert_eq!(ops.count(), 30_000);
+        assert_eq!(fs::read_dir(tmp.path()).unwrap().count(), 1);
     }
 }

@@ -17,7 +17,7 @@ use super::{lock, SessionConfig, Shared, TraceReadyCallback};
 use crate::activity::{Activity, ActivitySet, CpuSpan, Detail};
 use crate::clock::{TickConverter, Ticks, UnixNanos};
 use crate::recorder::{self, CpuRecord};
-use crate::source::{Sink, SinkFactory, TraceMeta, TraceOutput};
+use crate::source::{Sink, SinkFactory, TraceMeta, TraceOutput, WindowInfo};
 
 /// Records held between a window's end and the start of the next one, or drained before their
 /// window's start was applied, at most (beyond it they are counted as dropped).
@@ -295,9 +295,17 @@ impl Collector {
             Some(w) => w,
             None => self.new_window(at, shared),
         };
+        // What the trace can say first (HTA reads the rank from the start of the file).
+        let info = WindowInfo {
+            cycle,
+            rank: self.rank,
+            world_size: self.world_size,
+            pid: std::process::id(),
+            host_name: super::host_name(),
+        };
         let opened = match sinks {
-            Some(mut sinks) => sinks.open(cycle),
-            None => self.sinks.open(cycle),
+            Some(mut sinks) => sinks.open(&info),
+            None => self.sinks.open(&info),
         };
         window.sink = match opened {
             Ok(s) => Some(s),
