@@ -97,7 +97,8 @@ pub(crate) fn start(with_cuda: bool) -> Result<Option<Running>, StartError> {
         .first_step(first_step)
         .metadata("kinetrace_mode", "preload")
         .log(move |m| session_log(m))
-        .max_gpu_buffer_mb(config.max_gpu_buffer_mb);
+        .max_gpu_buffer_mb(config.max_gpu_buffer_mb)
+        .ring_memory_cap((config.max_cpu_buffer_mb as usize) << 20);
     if let Some(w) = distributed.world_size {
         builder = builder.world_size(w);
     }

@@ -178,6 +178,15 @@ pub static KEYS: &[Key] = &[
         apply: |l, v| pos_u32(v).map(|n| l.max_gpu_buffer_mb = Some(n)),
     },
     Key {
+        env: Some("KINETRACE_MAX_CPU_BUFFER_MB"),
+        kineto: None,
+        form: FORM_POS_INT,
+        default: "256",
+        doc: "Bound on the memory of all threads' span rings together: a burst grows a thread's \
+              buffer in spare rings up to it; events beyond it are dropped and counted in the trace.",
+        apply: |l, v| pos_u32(v).map(|n| l.max_cpu_buffer_mb = Some(n)),
+    },
+    Key {
         env: Some("KINETRACE_LOG"),
         kineto: None,
         form: "stderr, or a file path to append to",

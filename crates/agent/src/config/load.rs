@@ -296,6 +296,9 @@ impl Config {
             if let Some(v) = layer.max_gpu_buffer_mb {
                 c.max_gpu_buffer_mb = v;
             }
+            if let Some(v) = layer.max_cpu_buffer_mb {
+                c.max_cpu_buffer_mb = v;
+            }
             if let Some(v) = layer.log {
                 c.log = v;
             }

@@ -105,6 +105,8 @@ pub struct Config {
     pub ranks: Option<Ranks>,
     /// Bound on CUPTI's activity buffers, in MiB.
     pub max_gpu_buffer_mb: u32,
+    /// Bound on the span rings, in MiB.
+    pub max_cpu_buffer_mb: u32,
     /// Where messages go.
     pub log: LogTarget,
     /// Listen for `kinetrace trigger` on a per-process Unix socket.
@@ -131,6 +133,7 @@ impl Default for Config {
             gzip: false,
             ranks: None,
             max_gpu_buffer_mb: 128,
+            max_cpu_buffer_mb: 256,
             log: LogTarget::Stderr,
             control: true,
             control_dir: None,
@@ -281,6 +284,7 @@ struct Layer {
     gzip: Option<bool>,
     ranks: Option<Ranks>,
     max_gpu_buffer_mb: Option<u32>,
+    max_cpu_buffer_mb: Option<u32>,
     log: Option<LogTarget>,
     control: Option<bool>,
     control_dir: Option<PathBuf>,

@@ -76,6 +76,7 @@ fn other_keys_from_the_environment() {
         ("KINETRACE_MEMORY", "1"),
         ("KINETRACE_RANKS", "0-3,8"),
         ("KINETRACE_MAX_GPU_BUFFER_MB", "64"),
+        ("KINETRACE_MAX_CPU_BUFFER_MB", "32"),
         ("KINETRACE_LOG", "/tmp/k.log"),
         ("KINETRACE_CONTROL", "0"),
         ("KINETRACE_CONTROL_DIR", "/run/k"),
@@ -94,6 +95,7 @@ fn other_keys_from_the_environment() {
     let r = c.ranks.unwrap();
     assert!(r.contains(0) && r.contains(3) && r.contains(8) && !r.contains(4));
     assert_eq!(c.max_gpu_buffer_mb, 64);
+    assert_eq!(c.max_cpu_buffer_mb, 32);
     assert_eq!(c.log, LogTarget::File("/tmp/k.log".into()));
     assert!(!c.control);
     assert_eq!(c.control_dir, Some(PathBuf::from("/run/k")));
@@ -136,6 +138,7 @@ fn every_malformed_value_names_the_key_and_the_accepted_form() {
         ("KINETRACE_GZIP", "2"),
         ("KINETRACE_RANKS", "0,x"),
         ("KINETRACE_MAX_GPU_BUFFER_MB", "0"),
+        ("KINETRACE_MAX_CPU_BUFFER_MB", "lots"),
         ("KINETRACE_LOG", ""),
         ("KINETRACE_CONTROL", "maybe"),
         ("KINETRACE_CONTROL_DIR", ""),
