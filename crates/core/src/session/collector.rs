@@ -29,8 +29,18 @@ pub(super) fn run(shared: &Shared, interval: Duration) {
     yield_to_the_job();
     loop {
         let mut c = lock(&shared.collector);
-        if c.iteration(shared) {
-            return;
+        let round = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.iteration(shared)));
+        match round {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(_) => {
+                // A bug (or a source or sink that panicked): recording stops, and whoever waits for
+                // the collector (stop, close, step_aside) is released instead of waiting forever.
+                c.done = true;
+                drop(c);
+                abandon(shared);
+                return;
+            }
         }
         let more = c.behind;
         drop(c);
@@ -39,6 +49,17 @@ pub(super) fn run(shared: &Shared, interval: Duration) {
             std::thread::park_timeout(interval);
         }
     }
+}
+
+/// The collector is gone for good: nothing more is recorded, and waiters are told.
+fn abandon(shared: &Shared) {
+    recorder::set_active(false);
+    let mut c = lock(&shared.control);
+    c.collector_done = true;
+    c.applied = c.queued;
+    c.log("internal error: the collector stopped; recording is off in this process");
+    drop(c);
+    shared.finished.notify_all();
 }
 
 /// Lowers this (the collector's) thread's priority by 10 nice levels: when the job's threads and the

@@ -424,3 +424,55 @@ fn a_burst_goes_on_in_spare_rings_within_the_memory_bound() {
         );
     }
 }
+
+/// A sink (or source) that panics on the collector thread stops recording; it never leaves a
+/// caller of `close`/`stop` waiting forever, and says so once.
+#[test]
+fn a_panic_on_the_collector_releases_everyone_waiting_for_it() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    struct PanickingSink;
+    impl Sink for PanickingSink {
+        fn record(&mut self, _: &Activity) -> std::io::Result<()> {
+            panic!("a sink bug");
+        }
+        fn finish(self: Box<Self>, meta: &TraceMeta) -> std::io::Result<TraceOutput> {
+            Ok(TraceOutput {
+                path: None,
+                events: 0,
+                cycle: meta.cycle,
+            })
+        }
+    }
+    let lines: Arc<Mutex<Vec<String>>> = Arc::default();
+    let l2 = lines.clone();
+    let config = SessionConfig {
+        trigger: Trigger::Always,
+        log: Arc::new(move |m| l2.lock().unwrap().push(m.to_string())),
+        ..SessionConfig::default()
+    };
+    let sinks =
+        Box::new(|_cycle: u32| -> std::io::Result<Box<dyn Sink>> { Ok(Box::new(PanickingSink)) });
+    let session = Session::start(config, Vec::new(), sinks, None).expect("tests take turns");
+    {
+        let _span = crate::recorder::SpanGuard::enter(crate::intern::intern("doomed"), true);
+    }
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let closed = session.close();
+        let stopped = session.stop();
+        let _ = tx.send((closed.len(), stopped.len()));
+    });
+    let got = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("close and stop returned");
+    assert_eq!(got, (0, 0));
+    let lines = lines.lock().unwrap();
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains("the collector stopped"))
+            .count(),
+        1,
+        "{lines:?}"
+    );
+}
