@@ -303,25 +303,35 @@ struct Local {
     tid: u32,
 }
 
+/// Takes `m` if it comes free within a few hundred spins: the collector holds these locks for
+/// nanoseconds (a push or a pop), and a recording thread must never block on it.
+fn lock_briefly<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    for _ in 0..256 {
+        match m.try_lock() {
+            Ok(g) => return Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => return Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => std::hint::spin_loop(),
+        }
+    }
+    None
+}
+
 impl Local {
     /// The thread's ring is full: goes on in a spare ring, if the collector has one ready and the
     /// thread can append it to its chain without waiting; else the record is dropped and counted.
     #[cold]
     fn grow(&mut self, record: CpuRecord) -> bool {
-        let spare = match SPARES.try_lock() {
-            Ok(mut s) => s.pop(),
-            Err(_) => None,
-        };
+        let spare = lock_briefly(&SPARES).and_then(|mut s| s.pop());
         TAKEN.fetch_add(1, Ordering::Relaxed);
         let Some((writer, reader)) = spare else {
             ring_filling();
             return ring_full();
         };
-        match self.chain.try_lock() {
-            Ok(mut chain) => chain.push_back(reader),
-            Err(_) => {
-                // The collector is at this thread's chain this very moment: give the spare back.
-                if let Ok(mut s) = SPARES.try_lock() {
+        match lock_briefly(&self.chain) {
+            Some(mut chain) => chain.push_back(reader),
+            None => {
+                // The collector held this thread's chain all along: give the spare back.
+                if let Some(mut s) = lock_briefly(&SPARES) {
                     s.push((writer, reader));
                 } else {
                     RING_BYTES.fetch_sub(ring_bytes(reader.capacity()), Ordering::Relaxed);

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::control::Command;
+use super::control::{Command, Stamp};
 use super::{lock, SessionConfig, Shared, TraceReadyCallback};
 use crate::activity::{Activity, ActivitySet, CpuSpan, Detail};
 use crate::clock::{TickConverter, Ticks, UnixNanos};
@@ -245,7 +245,7 @@ impl Collector {
     fn apply(&mut self, cmd: Command, rest: &[Command], shared: &Shared) {
         match cmd {
             Command::Prepare { at } => {
-                let at = self.clock.to_unix(at);
+                let at = self.time_of(at);
                 self.route_pending_before(at, shared);
                 if self.window.is_none() {
                     self.window = Some(self.new_window(at, shared));
@@ -257,11 +257,11 @@ impl Collector {
                 sinks,
                 lost,
             } => {
-                let at = self.clock.to_unix(at);
+                let at = self.time_of(at);
                 self.start(at, cycle, sinks, lost, shared)
             }
             Command::Stop { at, lost } => {
-                let at = self.clock.to_unix(at);
+                let at = self.time_of(at);
                 if let Some(w) = self.window.as_mut() {
                     w.ring_drops = lost.saturating_sub(w.ring_drops);
                 }
@@ -281,6 +281,13 @@ impl Collector {
                 self.route_pending(shared);
                 self.done = true;
             }
+        }
+    }
+
+    fn time_of(&self, at: Stamp) -> UnixNanos {
+        match at {
+            Stamp::Now(t) => self.clock.to_unix(t),
+            Stamp::Due(u) => u,
         }
     }
 

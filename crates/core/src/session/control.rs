@@ -10,7 +10,7 @@ use super::{
     CaptureDone, CapturePlan, LogFn, SessionConfig, Shared, SinkFactory, TraceOutput, Trigger,
 };
 use crate::activity::ActivitySet;
-use crate::clock::Ticks;
+use crate::clock::{Ticks, UnixNanos};
 use crate::intern::intern;
 use crate::recorder::{self, CpuRecord};
 use crate::schedule::TimeWindow;
@@ -20,11 +20,11 @@ use crate::schedule::{commands, commands_on_exit, ProfilerAction, Schedule, Sess
 pub(super) enum Command {
     /// A window opens (warm-up): records before `at` are not part of it. Times are on the recording
     /// clock, so the collector converts them exactly as it converts the records they bound.
-    Prepare { at: Ticks },
+    Prepare { at: Stamp },
     /// Keep records from `at` on, in a trace of cycle `cycle` written by `sinks` (the request's) or
     /// the session's own.
     Start {
-        at: Ticks,
+        at: Stamp,
         cycle: u32,
         sinks: Option<Box<dyn SinkFactory>>,
         /// [`recorder::lost_records`] at `at`.
@@ -32,7 +32,7 @@ pub(super) enum Command {
     },
     /// The window ends at `at`: host records after it are not part of it.
     Stop {
-        at: Ticks,
+        at: Stamp,
         /// [`recorder::lost_records`] at `at`.
         lost: u64,
     },
@@ -49,6 +49,16 @@ pub(super) enum Command {
     ForgetResult,
     /// The session ends after everything queued before this.
     Shutdown,
+}
+
+/// When a command happened.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Stamp {
+    /// Now, on the recording clock (so the collector converts it exactly as the records).
+    Now(Ticks),
+    /// The moment a time window's bound was due; the collector, which drives time windows, notices
+    /// it a little later, and records are assigned by when it was due.
+    Due(UnixNanos),
 }
 
 pub(super) enum RequestKind {
@@ -200,11 +210,13 @@ impl Control {
                     self.sources_epoch += 1;
                     shared.recording_from.store(u64::MAX, Ordering::Release);
                     recorder::set_active(true);
-                    self.push(Command::Prepare { at: Ticks::now() });
+                    let at = self.stamp(SessionCommand::Prepare);
+                    self.push(Command::Prepare { at });
                 }
                 SessionCommand::Start => {
-                    let at = Ticks::now();
-                    shared.recording_from.store(at.0, Ordering::Release);
+                    let at = self.stamp(SessionCommand::Start);
+                    let now = Ticks::now();
+                    shared.recording_from.store(now.0, Ordering::Release);
                     let sinks = self.request.as_mut().and_then(|r| r.sinks.take());
                     self.push(Command::Start {
                         at,
@@ -215,8 +227,10 @@ impl Control {
                 }
                 SessionCommand::Stop => {
                     recorder::set_active(false);
-                    let at = Ticks::now();
-                    shared.recording_until.store(at.0, Ordering::Release);
+                    let at = self.stamp(SessionCommand::Stop);
+                    shared
+                        .recording_until
+                        .store(Ticks::now().0, Ordering::Release);
                     self.push(Command::Stop {
                         at,
                         lost: recorder::lost_records(),
@@ -242,6 +256,32 @@ impl Control {
             idle,
             epoch: self.sources_epoch,
         });
+    }
+
+    /// When `cmd` happens: for a time window's bounds, when they were due (if that has passed);
+    /// otherwise now.
+    fn stamp(&self, cmd: SessionCommand) -> Stamp {
+        let window = match &self.request {
+            Some(ActiveRequest {
+                kind: RequestKind::Time(w, t0),
+                ..
+            }) => Some((*w, *t0)),
+            Some(_) => None,
+            None => match self.trigger {
+                Trigger::TimeWindow(w) => Some((w, self.started)),
+                _ => None,
+            },
+        };
+        let due = window.and_then(|(w, t0)| match cmd {
+            SessionCommand::Prepare => t0.checked_add(w.delay.saturating_sub(w.warmup)),
+            SessionCommand::Start => t0.checked_add(w.delay),
+            SessionCommand::Stop => w.end().and_then(|end| t0.checked_add(end)),
+            _ => None,
+        });
+        match due.filter(|t| *t <= Instant::now()) {
+            Some(t) => Stamp::Due(UnixNanos::from_instant(t)),
+            None => Stamp::Now(Ticks::now()),
+        }
     }
 
     /// Ends the on-demand capture once its window has passed, telling the requester the outcome.

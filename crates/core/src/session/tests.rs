@@ -476,3 +476,46 @@ fn a_panic_on_the_collector_releases_everyone_waiting_for_it() {
         "{lines:?}"
     );
 }
+
+/// A time window's bounds are when they were due, not when the collector (which drives time
+/// windows) noticed them: a collector that wakes long after the window's end still closes it at
+/// its end.
+#[test]
+fn a_time_window_ends_when_it_was_due_however_late_the_collector_notices() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let name = crate::intern::intern("timed_span");
+    let out: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
+    let out2 = out.clone();
+    let sinks = Box::new(move |_cycle: u32| -> std::io::Result<Box<dyn Sink>> {
+        Ok(Box::new(CountSink {
+            name,
+            seen: 0,
+            out: out2.clone(),
+        }))
+    });
+    let window = TimeWindow::new(Duration::ZERO, Duration::from_millis(30)).unwrap();
+    let config = SessionConfig {
+        trigger: Trigger::TimeWindow(window),
+        // The collector looks long after the window's end.
+        collect_interval: Duration::from_millis(400),
+        log: Arc::new(|_| {}),
+        ..SessionConfig::default()
+    };
+    let started = std::time::Instant::now();
+    let session = Session::start(config, Vec::new(), sinks, None).expect("tests take turns");
+    // One span a millisecond for 200 ms: recording stays on until the collector notices the end.
+    let mut spans = 0u64;
+    while started.elapsed() < Duration::from_millis(200) {
+        let _span = crate::recorder::SpanGuard::enter(name, true);
+        spans += 1;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    session.stop();
+    let (seen, _) = out.lock().unwrap()[0];
+    // About 30 spans started in the 30 ms window (fewer on a slow machine, never more than the
+    // window can hold); before, the window ran until the collector woke.
+    assert!(
+        seen > 0 && seen <= 31,
+        "{seen} of {spans} spans in a 30 ms window"
+    );
+}
