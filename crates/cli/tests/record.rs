@@ -330,17 +330,36 @@ fn send(pid: u32, sig: rustix::process::Signal) {
 }
 
 /// `kinetrace record --no-summary -- sh -c SCRIPT`, not yet waited for.
+///
+/// Started through `env --default-signal`: a runner that starts jobs in the background without job
+/// control makes them ignore SIGINT and SIGQUIT, `nohup` makes them ignore SIGHUP, and an ignored
+/// signal stays ignored by record and, inherited, by the job (which cannot even trap it). Every
+/// signal starts at its default here, as from a terminal, whatever this test inherited.
 fn record_sh(w: &World, script: &str) -> Watched {
-    Watched::spawn(&mut w.kinetrace(&[
-        "record",
-        "--no-summary",
-        "-o",
-        "traces",
-        "--",
-        "sh",
-        "-c",
-        script,
-    ]))
+    let c = w.kinetrace(&[]);
+    let mut wrapped = Command::new("env");
+    wrapped
+        .arg("--default-signal")
+        .arg(c.get_program())
+        .args([
+            "record",
+            "--no-summary",
+            "-o",
+            "traces",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .current_dir(w.tmp.path())
+        .stdin(Stdio::null());
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => wrapped.env(k, v),
+            None => wrapped.env_remove(k),
+        };
+    }
+    Watched::spawn(&mut wrapped)
 }
 
 /// The pids of live processes whose command line contains `tag`; they are killed, so a failing
@@ -390,33 +409,7 @@ fn sigint_sighup_and_sigquit_sent_to_record_alone_reach_the_command() {
         let script = format!(
             "trap 'echo got {name}; exit {code}' {name}; echo ready; while :; do sleep 0.01; done"
         );
-        // A shell that starts a background job without job control (CI runners do) makes it ignore
-        // SIGINT and SIGQUIT, and an ignored signal stays ignored by record and, inherited, by the
-        // job (which cannot even trap it). Start record with them at their defaults, as a terminal
-        // would, whatever this test inherited.
-        let c = w.kinetrace(&[]);
-        let mut wrapped = Command::new("env");
-        wrapped
-            .arg("--default-signal=INT,QUIT")
-            .arg(c.get_program())
-            .args([
-                "record",
-                "--no-summary",
-                "-o",
-                "traces",
-                "--",
-                "sh",
-                "-c",
-                &script,
-            ])
-            .current_dir(w.tmp.path());
-        for (k, v) in c.get_envs() {
-            match v {
-                Some(v) => wrapped.env(k, v),
-                None => wrapped.env_remove(k),
-            };
-        }
-        let r = Watched::spawn(&mut wrapped).wait_for_stdout("ready\n", RUN);
+        let r = record_sh(&w, &script).wait_for_stdout("ready\n", RUN);
         // To record's pid alone, as `kill -INT PID` does (not to the process group).
         send(r.id(), sig);
         let o = r.finish(RUN);
