@@ -232,6 +232,16 @@ pub enum CpuRecord {
     },
 }
 
+impl CpuRecord {
+    /// The latest time this record carries.
+    pub fn last_tick(&self) -> Ticks {
+        match *self {
+            CpuRecord::Span { end, .. } | CpuRecord::End { end, .. } => end,
+            CpuRecord::Begin { start, .. } => start,
+        }
+    }
+}
+
 /// A thread's rings, oldest first: the reading ends of the full ones it moved on from and of the
 /// one it writes now. The thread appends (with `try_lock`: it never waits) when it takes a spare;
 /// the collector takes from the front.

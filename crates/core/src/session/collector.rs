@@ -284,9 +284,11 @@ impl Collector {
         }
     }
 
-    fn time_of(&self, at: Stamp) -> UnixNanos {
+    fn time_of(&mut self, at: Stamp) -> UnixNanos {
         match at {
-            Stamp::Now(t) => self.clock.to_unix(t),
+            // Covered: the records around this bound, converted in other rounds, compare with it
+            // as their ticks do.
+            Stamp::Now(t) => self.clock.to_unix_covered(t),
             Stamp::Due(u) => u,
         }
     }
@@ -607,9 +609,13 @@ impl Collector {
             });
         }
         self.behind = behind;
-        // After the drain: every record in `batch` is older than this point, so its conversion
-        // interpolates between points and never extrapolates.
+        // After the drain: every record in `batch` is older than now, so a point taken now makes
+        // its conversion an interpolation, which no later point changes (see `cover`).
         self.clock.calibrate();
+        let newest = batch.iter().map(|(_, rec)| rec.last_tick()).max();
+        if let Some(t) = newest {
+            self.clock.cover(t);
+        }
         let pid = std::process::id();
         for &(tid, rec) in &batch {
             let activity = match rec {
@@ -702,7 +708,7 @@ impl Collector {
         if !w.recording {
             // Warm-up: only a recording whose start is queued but not applied yet wants it.
             let from = shared.recording_from.load(Ordering::Acquire);
-            if from != u64::MAX && a.start >= self.clock.to_unix(Ticks(from)) {
+            if from != u64::MAX && a.start >= self.clock.to_unix_covered(Ticks(from)) {
                 hold(&mut self.early, &mut self.held_dropped, a);
             }
             return;
@@ -715,7 +721,7 @@ impl Collector {
         let until = w.stop.unwrap_or_else(|| {
             let until = self
                 .clock
-                .to_unix(Ticks(shared.recording_until.load(Ordering::Acquire)));
+                .to_unix_covered(Ticks(shared.recording_until.load(Ordering::Acquire)));
             if until >= w.start {
                 until
             } else {
