@@ -51,6 +51,23 @@ pub(super) fn run(shared: &Shared, interval: Duration) {
     }
 }
 
+/// Test hook: runs on the collector between taking a round's commands and draining the rings
+/// (where a loaded machine may preempt it while the job runs on).
+#[cfg(test)]
+pub(super) static AFTER_TAKING_COMMANDS: std::sync::Mutex<Option<Box<dyn FnMut() + Send>>> =
+    std::sync::Mutex::new(None);
+
+#[cfg(test)]
+fn after_taking_commands() {
+    if let Some(hook) = AFTER_TAKING_COMMANDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_mut()
+    {
+        hook();
+    }
+}
+
 /// The collector is gone for good: nothing more is recorded, and waiters are told.
 fn abandon(shared: &Shared) {
     recorder::set_active(false);
@@ -191,7 +208,7 @@ impl Collector {
             return true;
         }
         recorder::collector_woke();
-        let cmds = {
+        let (cmds, taken_at) = {
             let mut c = lock(&shared.control);
             if c.time_driven() && !c.shutdown {
                 let next = c.target_action(c.started.elapsed());
@@ -202,8 +219,11 @@ impl Collector {
                 }
                 c.settle_request();
             }
-            std::mem::take(&mut c.queue)
+            // Read under the lock: every command not in this batch is stamped later than this.
+            (std::mem::take(&mut c.queue), Ticks::now())
         };
+        #[cfg(test)]
+        after_taking_commands();
         // A time window that just opened needs its sources (the control side of a step does this
         // itself; here the collector is that control side).
         shared.enable_sources_if_wanted();
@@ -216,13 +236,17 @@ impl Collector {
             .iter()
             .any(|c| matches!(c, Command::Stop { .. } | Command::Shutdown));
         self.drain_rings(if ends { usize::MAX } else { DRAIN_BUDGET });
+        let horizon = self.clock.to_unix_covered(taken_at);
         let applied = cmds.len() as u64;
         let cmds: Vec<Command> = cmds.into_iter().collect();
         let mut cmds = cmds.into_iter();
         while let Some(cmd) = cmds.next() {
             self.apply(cmd, cmds.as_slice(), shared);
         }
-        self.route_pending(shared);
+        // Records that start after the batch was taken may belong to a window whose commands are
+        // queued since (a loaded machine can run several steps between taking the batch and
+        // routing): they wait for the next round, which has those commands.
+        self.route_pending_before(horizon, shared);
         if self.window.as_ref().is_some_and(|w| w.recording) {
             self.poll_sources(shared);
         }
@@ -670,33 +694,30 @@ impl Collector {
         }
     }
 
-    /// Routes every pending (drained, host) record. Writing a large batch takes a while: spare
-    /// rings are topped up along the way, so a burst still going on does not run out of them.
+    /// Routes every pending (drained, host) record.
     fn route_pending(&mut self, shared: &Shared) {
-        let mut pending = std::mem::take(&mut self.pending);
-        for (i, a) in pending.drain(..).enumerate() {
-            if i % (1 << 14) == (1 << 14) - 1 && self.window.is_some() {
-                recorder::replenish();
-            }
-            self.route(a, shared);
-        }
-        self.pending = pending;
+        self.route_pending_before(UnixNanos(u64::MAX), shared);
     }
 
-    /// Routes the pending records that start before `at`, the moment a command changes the
-    /// windows; later ones wait for the windows from `at` on (one batch of commands may open and
-    /// close several).
+    /// Routes the pending records that start before `at`, in the order they were drained; later
+    /// ones stay pending. `at` is the moment a command changes the windows (one batch of commands
+    /// may open and close several), or the end of what this round's commands cover. Writing a
+    /// large batch takes a while: spare rings are topped up along the way, so a burst still going
+    /// on does not run out of them.
     fn route_pending_before(&mut self, at: UnixNanos, shared: &Shared) {
         let mut pending = std::mem::take(&mut self.pending);
-        let mut i = 0;
-        while i < pending.len() {
-            if pending[i].start < at {
-                let a = pending.swap_remove(i);
-                self.route(a, shared);
-            } else {
-                i += 1;
+        let mut routed = 0usize;
+        pending.retain(|a| {
+            if a.start >= at {
+                return true;
             }
-        }
+            routed += 1;
+            if routed % (1 << 14) == 0 && self.window.is_some() {
+                recorder::replenish();
+            }
+            self.route(*a, shared);
+            false
+        });
         self.pending = pending;
     }
 

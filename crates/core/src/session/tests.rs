@@ -519,3 +519,42 @@ fn a_time_window_ends_when_it_was_due_however_late_the_collector_notices() {
         "{seen} of {spans} spans in a 30 ms window"
     );
 }
+
+/// A collector preempted after taking its commands, while the job runs a whole window of steps, still
+/// puts every step in the window's trace. Before, the steps drained in that round were routed with
+/// that round's (older) commands, found no window, and were lost: CI saw a schedule window's trace
+/// without its `ProfilerStep`s on a loaded machine.
+#[test]
+fn a_collector_that_lags_a_whole_window_behind_the_job_loses_no_step() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Traces::default();
+    let mut schedule = crate::schedule::Schedule::new(1, 1, 2).unwrap();
+    schedule.repeat = 1;
+    let session = start(Trigger::Schedule(schedule), 0, &out);
+    // Hold the collector in its next round, right after it took the (empty) command queue.
+    let (paused_tx, paused) = mpsc::channel::<()>();
+    let (release, released) = mpsc::channel::<()>();
+    let released = Mutex::new(released);
+    let mut armed = true;
+    *super::collector::AFTER_TAKING_COMMANDS.lock().unwrap() = Some(Box::new(move || {
+        if std::mem::take(&mut armed) {
+            let _ = paused_tx.send(());
+            let _ = released
+                .lock()
+                .unwrap()
+                .recv_timeout(Duration::from_secs(30));
+        }
+    }));
+    paused
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the collector ran a round");
+    // The whole window (warm-up at step 1, recording at steps 2 and 3) while it is held.
+    for _ in 0..5 {
+        session.step();
+    }
+    release.send(()).unwrap();
+    let outputs = session.stop();
+    *super::collector::AFTER_TAKING_COMMANDS.lock().unwrap() = None;
+    assert_eq!(outputs.len(), 1);
+    assert_eq!(*out.lock().unwrap(), vec![steps(&[2, 3])]);
+}
