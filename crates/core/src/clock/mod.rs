@@ -239,10 +239,16 @@ impl TickConverter {
         if !self.tsc || self.points.back().is_some_and(|&(pt, _)| pt > t.0) {
             return;
         }
-        // A clean sample if one of a few tries gets it, else a wide one: a point is needed now.
-        let point = (0..3)
+        // A clean sample if one of a few tries gets it. Else (preempted every time) a point on the
+        // line the last interval extends: a point is needed now, and one from a stretched bracket
+        // could be off by half its width, moving every conversion near it.
+        let point = (0..16)
             .find_map(|_| sample_tsc_against_monotonic())
-            .or_else(|| sample(u64::MAX));
+            .or_else(|| {
+                let now = tsc::read();
+                let mono = self.monotonic_of(Ticks(now));
+                Some((now, u64::try_from(mono).ok()?))
+            });
         let Some((pt, mut pm)) = point else { return };
         if let Some(&(lt, lm)) = self.points.back() {
             if pt <= lt {

@@ -150,6 +150,8 @@ pub(super) struct Collector {
     early: Vec<Activity>,
     /// Records refused because `carry`/`early` were full.
     held_dropped: u64,
+    /// The open window's end when its stop is queued but not yet applied (see `note_queued_stop`).
+    queued_stop: Option<UnixNanos>,
     open_begins: HashMap<(u32, u64), (u32, CpuRecord)>,
     /// The names of threads that have recorded into a ring, by tid (pruned when large).
     ring_names: HashMap<u32, Option<String>>,
@@ -186,6 +188,7 @@ impl Collector {
             carry: Vec::new(),
             early: Vec::new(),
             held_dropped: 0,
+            queued_stop: None,
             open_begins: HashMap::new(),
             ring_names: HashMap::new(),
             drained: Vec::new(),
@@ -282,7 +285,7 @@ impl Collector {
                 lost,
             } => {
                 let at = self.time_of(at);
-                self.start(at, cycle, sinks, lost, shared)
+                self.start(at, cycle, sinks, lost, rest, shared)
             }
             Command::Stop { at, lost } => {
                 let at = self.time_of(at);
@@ -341,6 +344,7 @@ impl Collector {
         cycle: u32,
         sinks: Option<Box<dyn SinkFactory>>,
         lost: u64,
+        rest: &[Command],
         shared: &Shared,
     ) {
         // Warm-up records end here; the ones that start later wait for the recording.
@@ -377,6 +381,7 @@ impl Collector {
         window.ring_drops = lost;
         window.source_drops_at_start = source_drops(shared);
         self.window = Some(window);
+        self.note_queued_stop(rest, shared);
         let held: Vec<Activity> = self.carry.drain(..).chain(self.early.drain(..)).collect();
         for a in held {
             if a.start >= at {
@@ -392,6 +397,7 @@ impl Collector {
         };
         // The end is fixed first, then everything the sources completed up to now is routed.
         w.stop = Some(at);
+        self.queued_stop = None;
         // Idle after this window (the same transition ends in an idle settle, no window opens).
         let idle_after = rest
             .iter()
@@ -511,7 +517,23 @@ impl Collector {
         seen
     }
 
+    /// Looks up the first stop the control side has queued since this round's commands were taken:
+    /// the end of the open window, for the records routed before it is applied.
+    /// `rest`: the commands of this round still to apply, which come first.
+    fn note_queued_stop(&mut self, rest: &[Command], shared: &Shared) {
+        let stop_of = |c: &Command| match c {
+            Command::Stop { at, .. } => Some(*at),
+            _ => None,
+        };
+        let at = match rest.iter().find_map(stop_of) {
+            Some(at) => Some(at),
+            None => lock(&shared.control).queue.iter().find_map(stop_of),
+        };
+        self.queued_stop = at.map(|at| self.time_of(at));
+    }
+
     fn poll_sources(&mut self, shared: &Shared) {
+        self.note_queued_stop(&[], shared);
         let mut polled = std::mem::take(&mut self.polled);
         polled.clear();
         {
@@ -737,18 +759,9 @@ impl Collector {
         if a.start < w.start {
             return;
         }
-        // The end the collector has applied, else one the control side has set since this window
-        // started (an older window's end does not count).
-        let until = w.stop.unwrap_or_else(|| {
-            let until = self
-                .clock
-                .to_unix_covered(Ticks(shared.recording_until.load(Ordering::Acquire)));
-            if until >= w.start {
-                until
-            } else {
-                UnixNanos(u64::MAX)
-            }
-        });
+        // The end the collector has applied, else the one queued for it (a collector behind the
+        // job polls device work of later steps, even of later windows, before it applies the end).
+        let until = w.stop.or(self.queued_stop).unwrap_or(UnixNanos(u64::MAX));
         if a.start >= until {
             hold(&mut self.carry, &mut self.held_dropped, a);
             return;

@@ -228,9 +228,6 @@ impl Control {
                 SessionCommand::Stop => {
                     recorder::set_active(false);
                     let at = self.stamp(SessionCommand::Stop);
-                    shared
-                        .recording_until
-                        .store(Ticks::now().0, Ordering::Release);
                     self.push(Command::Stop {
                         at,
                         lost: recorder::lost_records(),
@@ -300,6 +297,30 @@ impl Control {
         }
     }
 
+    /// At close: a time window whose start is due but that the collector (which drives time
+    /// windows) has not started yet, starved by a busy machine, starts now, with the bounds it was
+    /// due at (see `stamp`), so closing saves it as it would have been recorded.
+    fn catch_up_on_a_time_window(&mut self, shared: &Shared) {
+        if self.stepped_aside.is_some() || self.action == ProfilerAction::RecordAndSave {
+            return;
+        }
+        let due = match &self.request {
+            Some(ActiveRequest {
+                kind: RequestKind::Time(w, t0),
+                ..
+            }) => t0.elapsed() >= w.delay,
+            Some(_) => false,
+            // The session's own time window, if it has not been written yet.
+            None => match self.trigger {
+                Trigger::TimeWindow(w) => self.cycle == 0 && self.started.elapsed() >= w.delay,
+                _ => false,
+            },
+        };
+        if due {
+            self.transition(ProfilerAction::RecordAndSave, shared);
+        }
+    }
+
     /// Ends a capture in progress now (saving it; a warm-up is discarded) and goes idle.
     pub fn end_capture(&mut self, shared: &Shared) {
         self.close_step_span();
@@ -316,6 +337,7 @@ impl Control {
             return;
         }
         self.shutdown = true;
+        self.catch_up_on_a_time_window(shared);
         self.end_capture(shared);
         self.finish_request("the profiler stopped before the capture recorded anything");
         self.push(Command::Shutdown);

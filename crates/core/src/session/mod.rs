@@ -161,12 +161,11 @@ struct Shared {
     /// The collector's own state; only the collector thread locks it (or, without one, whoever
     /// runs its work inline).
     collector: Mutex<Collector>,
-    /// The recording window's bounds as the control side set them, for records the collector
-    /// drains before it has seen the command (recording-clock ticks): the last start (`u64::MAX`
-    /// while none is pending) and the last end. Release on store, Acquire on load: a record pushed after the
-    /// store on the same thread is seen with it.
+    /// The recording window's start as the control side set it, for records the collector drains
+    /// before it has seen the command (recording-clock ticks; `u64::MAX` while none is pending).
+    /// Release on store, Acquire on load: a record pushed after the store on the same thread is
+    /// seen with it.
     recording_from: AtomicU64,
-    recording_until: AtomicU64,
     /// Whether a collector thread runs (else its work is done inline by the caller).
     threaded: AtomicBool,
 }
@@ -207,7 +206,6 @@ impl Session {
             }),
             collector: Mutex::new(collector),
             recording_from: AtomicU64::new(u64::MAX),
-            recording_until: AtomicU64::new(0),
             threaded: AtomicBool::new(false),
         });
         {

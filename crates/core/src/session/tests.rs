@@ -558,3 +558,145 @@ fn a_collector_that_lags_a_whole_window_behind_the_job_loses_no_step() {
     assert_eq!(outputs.len(), 1);
     assert_eq!(*out.lock().unwrap(), vec![steps(&[2, 3])]);
 }
+
+/// Device work polled by a collector that is a whole cycle behind the job goes to the window it ran
+/// in, not to the first window still open on the collector's side: the end that window gets is its
+/// own queued stop, never a later window's (CI once saw a 2-step window with the kernels of 6 steps).
+#[test]
+fn device_work_of_later_windows_stays_out_of_a_lagging_collectors_window() {
+    use crate::activity::{ActivitySet, Kernel};
+    use crate::source::{ActivitySource, SourceError};
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    type Done = Arc<Mutex<Vec<Activity>>>;
+    struct Device(Done);
+    impl ActivitySource for Device {
+        fn name(&self) -> &str {
+            "device"
+        }
+        fn enable(&mut self, _: ActivitySet) -> Result<(), SourceError> {
+            Ok(())
+        }
+        fn poll(&mut self, emit: &mut dyn FnMut(&Activity)) {
+            for a in self.0.lock().unwrap().drain(..) {
+                emit(&a);
+            }
+        }
+        fn flush(&mut self, emit: &mut dyn FnMut(&Activity)) {
+            self.poll(emit)
+        }
+    }
+    // Kernel names per trace.
+    struct KernelSink {
+        kernels: Vec<String>,
+        out: Traces,
+    }
+    impl Sink for KernelSink {
+        fn record(&mut self, a: &Activity) -> std::io::Result<()> {
+            if let Detail::Kernel(k) = &a.detail {
+                self.kernels
+                    .push(crate::intern::resolve(k.name).to_string());
+            }
+            Ok(())
+        }
+        fn finish(self: Box<Self>, meta: &TraceMeta) -> std::io::Result<TraceOutput> {
+            self.out.lock().unwrap().push(self.kernels);
+            Ok(TraceOutput {
+                path: None,
+                events: 0,
+                cycle: meta.cycle,
+            })
+        }
+    }
+    let done = Done::default();
+    let out = Traces::default();
+    let o2 = out.clone();
+    let sinks = Box::new(move |_cycle: u32| -> std::io::Result<Box<dyn Sink>> {
+        Ok(Box::new(KernelSink {
+            kernels: Vec::new(),
+            out: o2.clone(),
+        }))
+    });
+    let mut schedule = crate::schedule::Schedule::new(1, 1, 2).unwrap();
+    schedule.repeat = 2;
+    let config = SessionConfig {
+        trigger: Trigger::Schedule(schedule),
+        log: Arc::new(|_| {}),
+        ..SessionConfig::default()
+    };
+    let session = Session::start(config, vec![Box::new(Device(done.clone()))], sinks, None)
+        .expect("tests take turns");
+    let kernel = |step: u64| {
+        let now = crate::clock::UnixNanos::now();
+        done.lock().unwrap().push(Activity {
+            start: now,
+            end: crate::clock::UnixNanos(now.0 + 1_000),
+            correlation: None,
+            external_id: None,
+            detail: Detail::Kernel(Kernel {
+                name: crate::intern::intern(&format!("step{step}")),
+                device: 0,
+                context: None,
+                stream: 7,
+                grid: None,
+                block: None,
+                registers_per_thread: None,
+                shared_memory: None,
+                queued: None,
+                graph_id: None,
+                graph_node_id: None,
+            }),
+        });
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    // Steps 0 (wait) and 1 (warm-up), then the first window records from step 2 on.
+    for step in 0..2 {
+        kernel(step);
+        session.step();
+    }
+    // Once the collector has applied that start, hold it in its next round, right after it took
+    // its commands, while the job runs through the rest of both cycles.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let c = lock(&session.shared.control);
+        if c.applied == c.queued {
+            break;
+        }
+        drop(c);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the collector never caught up"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (paused_tx, paused) = mpsc::channel::<()>();
+    let (release, released) = mpsc::channel::<()>();
+    let released = Mutex::new(released);
+    let mut armed = true;
+    *super::collector::AFTER_TAKING_COMMANDS.lock().unwrap() = Some(Box::new(move || {
+        if std::mem::take(&mut armed) {
+            let _ = paused_tx.send(());
+            let _ = released
+                .lock()
+                .unwrap()
+                .recv_timeout(Duration::from_secs(30));
+        }
+    }));
+    paused
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the collector ran a round");
+    for step in 2..9 {
+        kernel(step);
+        session.step();
+    }
+    release.send(()).unwrap();
+    session.stop();
+    *super::collector::AFTER_TAKING_COMMANDS.lock().unwrap() = None;
+    let got = out.lock().unwrap().clone();
+    assert_eq!(
+        got,
+        vec![
+            vec!["step2".to_string(), "step3".to_string()],
+            vec!["step6".to_string(), "step7".to_string()]
+        ]
+    );
+}
