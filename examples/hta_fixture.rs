@@ -127,6 +127,7 @@ impl Rank<'_> {
             name,
             pid: self.pid,
             tid: self.tid,
+            args: Default::default(),
         };
         self.push_cpu(Activity {
             start: self.at(start_us),

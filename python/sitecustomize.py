@@ -1,6 +1,8 @@
 """Put on PYTHONPATH by ``kinetrace record``: runs any other ``sitecustomize`` first, then arranges
 that when ``torch.optim.optimizer`` is imported, a global optimizer step post-hook reports each
-optimizer step to kinetrace (the iteration boundary, as Kineto's on-demand mode uses it).
+optimizer step to kinetrace (the iteration boundary, as Kineto's on-demand mode uses it), and at
+each boundary turns PyTorch's op recording on or off to match kinetrace's windows (see
+``kinetrace/_torch.py``; ``KINETRACE_TORCH_OPS=0`` leaves PyTorch alone).
 
 Costs almost nothing at start-up: torch is not imported here; the hook is registered by a
 meta-path finder the moment the job itself imports ``torch.optim``. ``KINETRACE_OPTIMIZER_HOOK=0``
@@ -64,8 +66,46 @@ def _register(optimizer_module):
         kinetrace.step()
 
     register(_after_optimizer_step)
+    if _TORCH_OPS:
+        _sync_at_first_forward(kinetrace)
+
+
+def _sync_at_first_forward(kinetrace):
+    """A window open from the start (the whole run, iteration 0) has ops before the first step
+    boundary: the first module call turns them on, then this hook removes itself."""
+    module = sys.modules.get("torch.nn.modules.module")
+    register = getattr(module, "register_module_forward_pre_hook", None)
+    if register is None:
+        return
+    handle = None
+
+    def _first_forward(m, args):
+        if handle is not None:
+            handle.remove()
+        kinetrace._sync_torch()
+
+    try:
+        handle = register(_first_forward)
+    except Exception:
+        pass
+
+
+def _shim_path():
+    """The shim this process preloads (``kinetrace record`` puts it in LD_PRELOAD)."""
+    for entry in os.environ.get("LD_PRELOAD", "").replace(":", " ").split():
+        if os.path.basename(entry).startswith("libkinetrace"):
+            return entry
+    path = os.environ.get("CUDA_INJECTION64_PATH", "")
+    return path if os.path.basename(path).startswith("libkinetrace") else None
 
 
 _chain_other_sitecustomize()
+_TORCH_OPS = os.environ.get("KINETRACE_TORCH_OPS", "1") != "0"
+if _TORCH_OPS and not os.environ.get("NVTX_INJECTION64_PATH"):
+    # PyTorch's op ranges go through NVTX, which loads its tool at its first call: point it at the
+    # shim now, before the job imports torch.
+    _shim = _shim_path()
+    if _shim:
+        os.environ["NVTX_INJECTION64_PATH"] = _shim
 if os.environ.get("KINETRACE_OPTIMIZER_HOOK", "1") != "0":
     sys.meta_path.insert(0, _OptimizerHookFinder())

@@ -75,6 +75,7 @@ where
             annotation: !self.cpu_ops,
             start: Ticks::now(),
             id: ext,
+            args: kinetrace_core::OpArgs::NONE,
         });
     }
 

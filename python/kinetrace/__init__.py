@@ -17,6 +17,8 @@ unmodified PyTorch scripts need no call at all.
 import ctypes
 import os
 
+from kinetrace import _torch
+
 __all__ = ["step", "is_active"]
 
 _lib = None
@@ -52,6 +54,15 @@ def step():
     lib = _shim()
     if lib:
         lib.kinetrace_step()
+        _torch.sync(lib)
+
+
+def _sync_torch():
+    """Matches PyTorch's op recording to kinetrace's windows now (the optimizer hook does this at
+    every step boundary)."""
+    lib = _shim()
+    if lib:
+        _torch.sync(lib)
 
 
 def is_active():

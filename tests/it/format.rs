@@ -15,6 +15,7 @@ fn cpu(name: &str) -> CpuSpan {
         name: intern(name),
         pid: 4242,
         tid: 4243,
+        args: Default::default(),
     }
 }
 
@@ -312,6 +313,7 @@ fn hostile_names_are_escaped_into_valid_json() {
                 name: *n,
                 pid: 1,
                 tid: 1,
+                args: Default::default(),
             }),
         })
         .collect();

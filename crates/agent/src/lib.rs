@@ -46,6 +46,7 @@ mod cleanup;
 pub mod config;
 pub mod control;
 mod log;
+pub mod ops;
 mod process;
 mod serve;
 mod start;
@@ -54,8 +55,8 @@ pub mod state;
 pub use log::{log, panicked, StderrWriter};
 pub use process::{
     after_fork_child, at_exit, cuda_initializing, foreign_cupti_client, is_running, nvtx_attach,
-    nvtx_range, set_library_path, set_peer_uid, set_stderr_writer, signal_received, step, Install,
-    EXIT_BUDGET,
+    nvtx_pop, nvtx_push, nvtx_range, range_pop, range_push, set_library_path, set_peer_uid,
+    set_stderr_writer, signal_received, step, torch_state, Install, EXIT_BUDGET,
 };
 pub use serve::SubmitError;
 pub use start::{loaded_cupti_paths, no_cuda_message, StartError};

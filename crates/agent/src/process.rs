@@ -66,9 +66,9 @@ pub(crate) struct Process {
     pub foreign_client: AtomicBool,
     /// The control socket's descriptor, for the fork child to close (-1: none).
     pub listener_fd: AtomicI32,
-    /// `KINETRACE_STEP_NVTX`, read when the first NVTX instance attaches (`None`: NVTX marks
-    /// nothing).
-    pub nvtx_pattern: OnceLock<Option<String>>,
+    /// What NVTX ranges do, read when the first NVTX instance attaches (`None`: a malformed
+    /// configuration, so nothing).
+    pub nvtx: OnceLock<Option<NvtxSetup>>,
     /// A range matching the pattern was seen.
     pub nvtx_seen: AtomicBool,
     /// Test hook `_KINETRACE_TEST_PANIC=step`: panic once, at the next step.
@@ -84,7 +84,7 @@ pub(crate) static PROCESS: Process = Process {
     sigusr2: AtomicBool::new(false),
     foreign_client: AtomicBool::new(false),
     listener_fd: AtomicI32::new(-1),
-    nvtx_pattern: OnceLock::new(),
+    nvtx: OnceLock::new(),
     nvtx_seen: AtomicBool::new(false),
     test_panic_at_step: AtomicBool::new(false),
     embedding: Embedding {
@@ -129,8 +129,20 @@ pub fn cuda_initializing() -> Install {
     ensure_started(Event::CudaInitializing)
 }
 
-/// A step boundary (the end of an optimizer step / training iteration).
+/// A step boundary (the end of an optimizer step / training iteration), reported by the job
+/// (`kinetrace_step`: the optimizer hook or an explicit call). Called while recorded ranges are
+/// open on this thread (the optimizer hook runs inside PyTorch's `Optimizer.step` range), the
+/// boundary moves to where the outermost of them ends, so that ranges nest in steps as they do in
+/// torch.profiler's traces.
 pub fn step() -> Install {
+    if crate::ops::defer_step() {
+        return Install::default();
+    }
+    step_now()
+}
+
+/// A step boundary, now.
+pub(crate) fn step_now() -> Install {
     match PROCESS.phase.get() {
         Phase::Forked | Phase::Off => return Install::default(),
         Phase::Child => {
@@ -161,13 +173,27 @@ pub fn step() -> Install {
     install
 }
 
+/// What NVTX ranges do in this process, read from the configuration when the first NVTX instance
+/// attaches.
+pub(crate) struct NvtxSetup {
+    /// `KINETRACE_STEP_NVTX`: ranges matching it mark steps.
+    pattern: Option<String>,
+    /// `KINETRACE_TORCH_OPS`: ranges become spans inside windows (see `ops.rs`).
+    ops: bool,
+}
+
 /// An NVTX instance is initialising its injection (`InitializeInjectionNvtx2`): whether NVTX ranges
-/// mark steps here (`KINETRACE_STEP_NVTX`), so the shim attaches its range callbacks. Reads the
-/// configuration once per process; a malformed one is reported now (one message, profiling off).
+/// mark steps here (`KINETRACE_STEP_NVTX`) or become spans (`KINETRACE_TORCH_OPS`, when NVTX was
+/// pointed at the shim: the `sitecustomize` does that in PyTorch processes), so the shim attaches
+/// its range callbacks. Reads the configuration once per process; a malformed one is reported now
+/// (one message, profiling off).
 pub fn nvtx_attach() -> bool {
-    let pattern = PROCESS.nvtx_pattern.get_or_init(|| {
+    let setup = PROCESS.nvtx.get_or_init(|| {
         match Config::from_vars(&env_vars(), |p| std::fs::read_to_string(p)) {
-            Ok(c) => c.step_nvtx,
+            Ok(c) => Some(NvtxSetup {
+                pattern: c.step_nvtx,
+                ops: c.torch.ops,
+            }),
             Err(_) => {
                 // Starting fails the same way and says why, once.
                 let _ = ensure_started(Event::Step);
@@ -175,7 +201,31 @@ pub fn nvtx_attach() -> bool {
             }
         }
     });
-    pattern.is_some() && !matches!(PROCESS.phase.get(), Phase::Forked | Phase::Off)
+    setup.as_ref().is_some_and(|s| s.pattern.is_some() || s.ops)
+        && !matches!(PROCESS.phase.get(), Phase::Forked | Phase::Off)
+}
+
+/// An NVTX range was pushed with this message on this thread: inside a window it begins a span
+/// (PyTorch's ops, see `ops.rs`), and if it matches `KINETRACE_STEP_NVTX` it marks a step boundary
+/// (see [`nvtx_range`]).
+pub fn nvtx_push(message: &str) -> Install {
+    let Some(Some(setup)) = PROCESS.nvtx.get() else {
+        return Install::default();
+    };
+    let install = nvtx_range(message);
+    if setup.ops && PROCESS.phase.get() == Phase::Running {
+        crate::ops::push(message);
+    }
+    install
+}
+
+/// The innermost NVTX range on this thread was popped.
+pub fn nvtx_pop() {
+    if let Some(Some(setup)) = PROCESS.nvtx.get() {
+        if setup.ops {
+            crate::ops::pop();
+        }
+    }
 }
 
 /// An NVTX range was pushed or started with this message. If it matches `KINETRACE_STEP_NVTX` it
@@ -183,17 +233,49 @@ pub fn nvtx_attach() -> bool {
 /// later one ends the current step and begins the next, so `ProfilerStep#N` is the N-th matching
 /// range, 0-based, the numbering the optimizer hook gives iterations.
 pub fn nvtx_range(message: &str) -> Install {
-    let Some(Some(pattern)) = PROCESS.nvtx_pattern.get() else {
+    let Some(Some(NvtxSetup {
+        pattern: Some(pattern),
+        ..
+    })) = PROCESS.nvtx.get()
+    else {
         return Install::default();
     };
     if !glob_matches(pattern, message) {
         return Install::default();
     }
     if PROCESS.nvtx_seen.swap(true, Ordering::Relaxed) {
-        step()
+        step_now()
     } else {
         ensure_started(Event::Step)
     }
+}
+
+/// A range the PyTorch side opens itself (an `nn.Module` forward) on this thread: a
+/// `user_annotation` span inside a window. Closed by [`range_pop`] on the same thread.
+pub fn range_push(name: &str) {
+    if PROCESS.phase.get() == Phase::Running {
+        crate::ops::push(name);
+    }
+}
+
+/// Closes the innermost range opened by [`range_push`] or an NVTX push on this thread.
+pub fn range_pop() {
+    crate::ops::pop();
+}
+
+/// What the PyTorch side (the `sitecustomize` hook) should have on now, as bits: 1 = a window is
+/// open (warming up or recording) and PyTorch's ops are wanted, so its NVTX profiler state should be
+/// on; 2 = with input shapes; 4 = with `nn.Module` ranges. 0 when this process is not profiling.
+pub fn torch_state() -> u32 {
+    if PROCESS.phase.get() != Phase::Running {
+        return 0;
+    }
+    let Some(r) = running() else { return 0 };
+    let t = r.config.torch;
+    if !t.ops || !kinetrace_core::recorder::is_active() {
+        return 0;
+    }
+    1 | (u32::from(t.shapes) << 1) | (u32::from(t.modules) << 2)
 }
 
 /// Whether this process is profiling (running, not forked off).

@@ -17,6 +17,7 @@ use crate::signals::Forwarder;
 /// directory, see [`python_dir`]).
 const PY_INIT: &str = include_str!("../../../python/kinetrace/__init__.py");
 const PY_SITE: &str = include_str!("../../../python/sitecustomize.py");
+const PY_TORCH: &str = include_str!("../../../python/kinetrace/_torch.py");
 
 pub const RECORD_AFTER_HELP: &str = "\
 WINDOWS (one at a time; the default records the whole run, like nsys):
@@ -88,6 +89,15 @@ pub struct RecordArgs {
     /// NVTX ranges whose message matches this glob (`*`, `?`) mark steps, e.g. 'train_step*'.
     #[arg(long, value_name = "GLOB")]
     pub step_nvtx: Option<String>,
+    /// PyTorch jobs: also record each op's input shapes (Input Dims), as record_shapes=True does.
+    #[arg(long)]
+    pub record_shapes: bool,
+    /// PyTorch jobs: record no ATen ops or module ranges (GPU activity and steps only).
+    #[arg(long)]
+    pub no_torch_ops: bool,
+    /// PyTorch jobs: record no nn.Module ranges.
+    #[arg(long)]
+    pub no_modules: bool,
     /// Write the profiled processes' messages to this file instead of stderr.
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
@@ -173,6 +183,15 @@ impl RecordArgs {
             self.no_optimizer_hook.then(|| "0".into()),
         );
         opt("KINETRACE_STEP_NVTX", self.step_nvtx);
+        opt(
+            "KINETRACE_RECORD_SHAPES",
+            self.record_shapes.then(|| "1".into()),
+        );
+        opt("KINETRACE_TORCH_OPS", self.no_torch_ops.then(|| "0".into()));
+        opt(
+            "KINETRACE_WITH_MODULES",
+            self.no_modules.then(|| "0".into()),
+        );
         opt(
             "KINETRACE_LOG",
             self.log.map(|p| abs(&cwd, &p).display().to_string()),
@@ -418,6 +437,7 @@ fn python_dir() -> Result<tempfile::TempDir> {
         .with_context(|| format!("cannot write to {}", dir.path().display()))?;
     for (name, text) in [
         ("kinetrace/__init__.py", PY_INIT),
+        ("kinetrace/_torch.py", PY_TORCH),
         ("sitecustomize.py", PY_SITE),
     ] {
         let path = dir.path().join(name);

@@ -101,6 +101,55 @@ pub struct CpuSpan {
     pub pid: u32,
     /// OS (system) thread id.
     pub tid: u32,
+    /// What a framework op says beyond its name (none for plain ranges).
+    pub args: OpArgs,
+}
+
+/// What PyTorch says of an op beyond its name: its input shapes (Kineto's `Input Dims`) and its
+/// autograd sequence number (`Sequence number`, shared by a forward op and its backward function).
+/// Eight bytes, so it fits in a ring slot beside a span's begin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpArgs {
+    /// The `Input Dims` JSON text (`[[4, 8], [8, 16], []]`) interned, or [`OpArgs::NONE_ID`].
+    dims: u32,
+    /// The sequence number, or `u32::MAX`.
+    sequence: u32,
+}
+
+impl Default for OpArgs {
+    fn default() -> Self {
+        OpArgs::NONE
+    }
+}
+
+impl OpArgs {
+    const NONE_ID: u32 = u32::MAX;
+    /// Nothing beyond the name.
+    pub const NONE: OpArgs = OpArgs {
+        dims: Self::NONE_ID,
+        sequence: u32::MAX,
+    };
+
+    /// Args with `Input Dims` (JSON text, interned) and a sequence number, each optional. A sequence
+    /// number of `u32::MAX` or more is not kept.
+    pub fn new(input_dims: Option<NameId>, sequence: Option<u64>) -> OpArgs {
+        OpArgs {
+            dims: input_dims.map_or(Self::NONE_ID, |n| n.0),
+            sequence: sequence
+                .and_then(|s| u32::try_from(s).ok())
+                .unwrap_or(u32::MAX),
+        }
+    }
+
+    /// The interned `Input Dims` JSON text.
+    pub fn input_dims(self) -> Option<NameId> {
+        (self.dims != Self::NONE_ID).then_some(NameId(self.dims))
+    }
+
+    /// The autograd sequence number.
+    pub fn sequence(self) -> Option<u64> {
+        (self.sequence != u32::MAX).then_some(u64::from(self.sequence))
+    }
 }
 
 /// A runtime or driver API call, timed on the calling thread.

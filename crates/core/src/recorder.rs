@@ -222,6 +222,8 @@ pub enum CpuRecord {
         start: Ticks,
         /// Span id (its `External id`).
         id: u64,
+        /// What an op says beyond its name.
+        args: crate::activity::OpArgs,
     },
     /// The end of a span begun with [`CpuRecord::Begin`].
     End {

@@ -39,6 +39,7 @@ fn mix(n: usize) -> Vec<Activity> {
                 name: op,
                 pid: 4242,
                 tid: 4243,
+                args: Default::default(),
             }),
         });
         v.push(Activity {

@@ -4,7 +4,7 @@
 //! Each record kind is written as a typed view over the JSON writer ([`crate::json`]): members in
 //! Kineto's order, containers closed by the writer, so every event is balanced by construction.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use kinetrace_core::activity::*;
 use kinetrace_core::intern::NameId;
@@ -58,6 +58,12 @@ pub(crate) struct Events {
     pub(crate) overhead: bool,
     last_cpu_row: Option<(u32, u32)>,
     last_gpu_row: Option<(u32, u32)>,
+    /// The last forward op seen per autograd sequence number (its row and start), for the
+    /// `fwdbwd` flow to the backward function with the same number; bounded (cleared when full).
+    forward_ops: HashMap<u64, ((i64, i64), UnixNanos)>,
+    /// Whether a name is a backward function's (`…Backward0`), by name id.
+    backward_names: HashMap<NameId, bool>,
+    fwdbwd_flows: u64,
     count: u64,
 }
 
@@ -119,6 +125,9 @@ impl Events {
             overhead: false,
             last_cpu_row: None,
             last_gpu_row: None,
+            forward_ops: HashMap::new(),
+            backward_names: HashMap::new(),
+            fwdbwd_flows: 0,
             count: 0,
         }
     }
@@ -135,6 +144,15 @@ impl Events {
             self.names.resize_with(i + 1, || None);
         }
         self.names[i].get_or_insert_with(|| JsonStr::new(&id.resolve()))
+    }
+
+    /// An interned text that is JSON already (an op's `Input Dims`, which the recorder validated):
+    /// its cached string form without the quotes (such texts hold nothing that needs escaping).
+    fn raw_json(&mut self, id: NameId) -> &[u8] {
+        let quoted = &self.name(id).0;
+        quoted
+            .get(1..quoted.len().saturating_sub(1))
+            .unwrap_or(b"null")
     }
 
     #[inline(always)]
@@ -162,6 +180,59 @@ impl Events {
         e.i64(key!("tid"), tid);
         e.us3(key!("ts"), self.rel(a.start));
         e.us3(key!("dur"), a.dur_ns());
+    }
+
+    /// A `fwdbwd` flow pair, as PyTorch links a forward op to its backward function: `s` at the
+    /// forward op with this autograd sequence number that started last, `f` at the backward
+    /// function (PyTorch records both with the number; an op's inner ops may share it, and Kineto
+    /// links the last of them).
+    fn fwdbwd(&mut self, events: &mut Array<'_, Rows>, op: &CpuSpan, a: &Activity) {
+        let Some(seq) = op.args.sequence() else {
+            return;
+        };
+        let backward = match self.backward_names.get(&op.name) {
+            Some(b) => *b,
+            None => {
+                let b = op.name.resolve().contains("Backward");
+                self.backward_names.insert(op.name, b);
+                b
+            }
+        };
+        let row = (op.pid as i64, op.tid as i64);
+        if !backward {
+            if self.forward_ops.len() >= 1 << 20 {
+                self.forward_ops.clear();
+            }
+            // The latest to start wins (records arrive as they end: an op after its inner ops).
+            let e = self.forward_ops.entry(seq).or_insert((row, a.start));
+            if a.start >= e.1 {
+                *e = (row, a.start);
+            }
+            return;
+        }
+        let Some((from, at)) = self.forward_ops.get(&seq).copied() else {
+            return;
+        };
+        self.fwdbwd_flows += 1;
+        let id = self.fwdbwd_flows;
+        for (start, (pid, tid), ts) in [(true, from, at), (false, row, a.start)] {
+            events.object::<Compact>(|e| {
+                e.member(if start {
+                    member!("ph", "s")
+                } else {
+                    member!("ph", "f")
+                });
+                e.u64(key!("id"), id);
+                e.i64(key!("pid"), pid);
+                e.i64(key!("tid"), tid);
+                e.us3(key!("ts"), self.rel(ts));
+                e.member(member!("cat", "fwdbwd"));
+                e.member(member!("name", "fwdbwd"));
+                if !start {
+                    e.member(member!("bp", "e"));
+                }
+            });
+        }
     }
 
     /// An `ac2g` flow event: `s` at a launch, `f` (bound to the enclosing slice) at everything else.
@@ -214,10 +285,18 @@ impl Events {
                     complete(e, cat);
                     e.json_str(key!("name"), self.name(s.name));
                     self.place(e, s.pid as i64, s.tid as i64, a);
+                    let dims = s.args.input_dims().map(|d| self.raw_json(d));
                     e.object_if_any::<Compact>(key!("args"), |args| {
-                        external_id(args, a.external_id)
+                        external_id(args, a.external_id);
+                        opt_u64(args, key!("Sequence number"), s.args.sequence());
+                        if let Some(d) = dims {
+                            args.json_raw(key!("Input Dims"), d);
+                        }
                     });
                 });
+                if matches!(a.detail, Detail::CpuOp(_)) {
+                    self.fwdbwd(events, s, a);
+                }
             }
             Detail::Runtime(c) | Detail::Driver(c) => {
                 let cat = if matches!(a.detail, Detail::Runtime(_)) {

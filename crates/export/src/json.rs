@@ -164,7 +164,7 @@ pub(crate) use {key, member};
 
 /// A string already in JSON form (quoted and escaped): names written many times are escaped once.
 /// The only way to make one is [`JsonStr::new`], which escapes.
-pub(crate) struct JsonStr(Box<[u8]>);
+pub(crate) struct JsonStr(pub(crate) Box<[u8]>);
 
 impl JsonStr {
     /// `s` as a JSON string literal.
@@ -353,6 +353,8 @@ scalars! {
     };
     /// A string already in JSON form.
     json_str(s: &JsonStr) => |out: &mut Vec<u8>| out.extend_from_slice(&s.0);
+    /// A value already in JSON form, written as it is: the caller guarantees it is valid JSON.
+    json_raw(s: &[u8]) => |out: &mut Vec<u8>| out.extend_from_slice(s);
 }
 
 impl Object<'_, Compact> {

@@ -723,6 +723,7 @@ mod single_pass_tests {
                     name,
                     pid: 1,
                     tid: 2,
+                    args: Default::default(),
                 }),
             };
             sink.record(&a).unwrap();
@@ -770,6 +771,7 @@ mod single_pass_tests {
                 name: kinetrace_core::intern("aten::mm"),
                 pid: 1,
                 tid: 2,
+                args: Default::default(),
             }),
         }
     }

@@ -7,9 +7,14 @@
 //!
 //! ```text
 //! nvtx_app STEPS [--kind a|w|ex|ex-w|registered|start|domain] [--instances 1|2] [--name NAME]
+//! nvtx_app STEPS --torch-ops [--cuda]
 //! ```
 //! Each step pushes a range named NAME (default `train_step`) the chosen way, then a nested
-//! `forward` range (plain), and pops both. With `--instances 2`, two instances (two "libraries")
+//! `forward` range (plain), and pops both (a started range is not ended).
+//! With `--torch-ops`, each step is what PyTorch's NVTX profiler state reports of an iteration
+//! (`aten::linear` > `aten::addmm`, its backward function, `Optimizer.step#SGD.step` with
+//! `kinetrace_step` called inside it, as the optimizer hook is), and with `--cuda` the inner ops
+//! launch kernels `step<N>_addmm` and `step<N>_mm` through the fake libcupti. With `--instances 2`, two instances (two "libraries")
 //! alternate the step ranges. Prints `nvtx_app: tool attached to N instance(s)` at the first step
 //! and `nvtx_app: done STEPS steps` at the end.
 
@@ -208,7 +213,97 @@ fn step_range(i: usize, kind: &str, name: &str) {
     }
     let forward = CString::new("forward").unwrap();
     call!(1, 9, PushA, forward.as_ptr());
-    // Pops (id 11) are never attached by kinetrace; a real instance would call a no-op.
+    pop(i);
+    if kind != "start" {
+        pop(i);
+    }
+}
+
+/// `nvtxRangePop` through instance `i` (a no-op when the tool left the slot empty).
+fn pop(i: usize) {
+    let f = slot(i, 1, 11);
+    if !f.is_null() {
+        type Pop = unsafe extern "C" fn() -> c_int;
+        // SAFETY: the tool stored a function of RangePop's signature.
+        let f: Pop = unsafe { std::mem::transmute::<Slot, Pop>(f) };
+        // SAFETY: no arguments.
+        unsafe { f() };
+    }
+}
+
+/// `nvtxRangePushA(message)` through instance 0.
+fn push(message: &str) {
+    let f = slot(0, 1, 9);
+    if !f.is_null() {
+        type PushA = unsafe extern "C" fn(*const c_char) -> c_int;
+        let c = CString::new(message).unwrap();
+        // SAFETY: the tool stored a function of RangePushA's signature.
+        let f: PushA = unsafe { std::mem::transmute::<Slot, PushA>(f) };
+        // SAFETY: a NUL-terminated string.
+        unsafe { f(c.as_ptr()) };
+    }
+}
+
+type Launch = unsafe extern "C" fn(*const c_char, u32, u64) -> u32;
+
+/// What the driver does in `cuInit` with an injection library, then the fake libcupti's launch
+/// entry point (as `fake_train` does).
+fn init_cuda() -> Launch {
+    if let Some(path) = std::env::var_os("CUDA_INJECTION64_PATH") {
+        // SAFETY: (test program) the injection library's initialisers are the shim's constructor.
+        if let Ok(lib) = unsafe { libloading::Library::new(&path) } {
+            type Init = unsafe extern "C" fn() -> c_int;
+            // SAFETY: (test program) `int InitializeInjection(void)`.
+            if let Ok(f) = unsafe { lib.get::<Init>(b"InitializeInjection\0") } {
+                // SAFETY: (test program) the documented signature.
+                unsafe { f() };
+            }
+            std::mem::forget(lib);
+        }
+    }
+    let cupti = std::env::var_os("KINETRACE_CUPTI_PATH").expect("KINETRACE_CUPTI_PATH");
+    // SAFETY: (test program) the fake libcupti.
+    let lib = unsafe { libloading::Library::new(&cupti) }.expect("the fake libcupti loads");
+    // SAFETY: (test program) the fake's launch entry point.
+    let launch = *unsafe { lib.get::<Launch>(b"fake_cupti_launch_kernel\0") }.unwrap();
+    std::mem::forget(lib);
+    launch
+}
+
+/// One training iteration as PyTorch's NVTX profiler state reports it: a forward op with an inner
+/// op that launches a kernel, its backward function launching another, then the optimizer's
+/// `record_function` range, inside which the optimizer hook reports the step boundary.
+fn torch_like_step(
+    step: u64,
+    launch: Option<Launch>,
+    kinetrace_step: Option<unsafe extern "C" fn()>,
+) {
+    let seq = step * 10;
+    let kernel = |name: String| {
+        if let Some(f) = launch {
+            let c = CString::new(name).unwrap();
+            // SAFETY: (test program) a NUL-terminated name, plain values.
+            unsafe { f(c.as_ptr(), 7, 1_000) };
+        }
+    };
+    push(&format!("aten::linear, seq = {seq}, op_id = 1, sizes = [[4, 8], [16, 8], [16]], input_op_ids = [(0,-1), (0,-1), (0,-1)]"));
+    push(&format!("aten::addmm, seq = {seq}, op_id = 2, sizes = [[16], [4, 8], [8, 16], [], []], input_op_ids = [(0,-1), (0,-1), (0,-1), (0,-1), (0,-1)]"));
+    kernel(format!("step{step}_addmm"));
+    pop(0);
+    pop(0);
+    push("autograd::engine::evaluate_function: AddmmBackward0, op_id = 3");
+    push(&format!(
+        "AddmmBackward0, seq = {seq}, op_id = 4, sizes = [[4, 16]], input_op_ids = [(2,0)]"
+    ));
+    kernel(format!("step{step}_mm"));
+    pop(0);
+    pop(0);
+    push("Optimizer.step#SGD.step, op_id = 5");
+    if let Some(f) = kinetrace_step {
+        // SAFETY: (test program) `void kinetrace_step(void)`.
+        unsafe { f() };
+    }
+    pop(0);
 }
 
 fn arg_after(args: &[String], flag: &str) -> Option<String> {
@@ -230,6 +325,21 @@ fn main() {
         attached += usize::from(init::<1>());
     }
     println!("nvtx_app: tool attached to {attached} instance(s)");
+    if args.iter().any(|a| a == "--torch-ops") {
+        let launch = args.iter().any(|a| a == "--cuda").then(init_cuda);
+        // SAFETY: (test program) opening the process's own global scope.
+        let this = libloading::os::unix::Library::this();
+        // SAFETY: (test program) the shim exports `void kinetrace_step(void)`.
+        let step_fn = unsafe { this.get::<unsafe extern "C" fn()>(b"kinetrace_step\0") }
+            .ok()
+            .map(|s| *s);
+        for s in 0..steps as u64 {
+            torch_like_step(s, launch, step_fn);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        println!("nvtx_app: done {steps} steps");
+        return;
+    }
     for s in 0..steps {
         step_range(s % instances, &kind, &name);
         std::thread::sleep(std::time::Duration::from_millis(1));

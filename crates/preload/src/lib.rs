@@ -13,9 +13,12 @@ hook that turns a panic of kinetrace code into one log line (nothing on the job'
 Exports:
 - `InitializeInjection()`: the CUDA driver's injection entry point.
 - `InitializeInjectionNvtx2()`: the NVTX injection entry point (`NVTX_INJECTION64_PATH`, which the
-  constructor sets when `KINETRACE_STEP_NVTX` is): matching NVTX ranges mark steps.
+  constructor sets when `KINETRACE_STEP_NVTX` is, and the `sitecustomize` in PyTorch processes):
+  matching NVTX ranges mark steps, and pushed ranges become spans inside windows (PyTorch's ops).
 - `kinetrace_step()`: marks a step (iteration) boundary; the Python module calls it.
 - `kinetrace_is_active()`: 1 while this process profiles.
+- `kinetrace_torch_state()`, `kinetrace_range_push()`, `kinetrace_range_pop()`, `kinetrace_log()`:
+  what the Python side uses to turn PyTorch's ops on inside windows and to record module ranges.
 - `cuptiActivityRegisterCallbacks`: interposes the CUPTI call torch.profiler's Kineto makes when it
   takes CUPTI over, so kinetrace can step aside first (then forwards to the real one).
 */
@@ -27,5 +30,6 @@ mod shim;
 
 pub use nvtx::InitializeInjectionNvtx2;
 pub use shim::{
-    cuptiActivityRegisterCallbacks, kinetrace_is_active, kinetrace_step, InitializeInjection,
+    cuptiActivityRegisterCallbacks, kinetrace_is_active, kinetrace_log, kinetrace_range_pop,
+    kinetrace_range_push, kinetrace_step, kinetrace_torch_state, InitializeInjection,
 };

@@ -1,5 +1,6 @@
 //! The NVTX injection entry point: NVTX ranges whose message matches `KINETRACE_STEP_NVTX` mark
-//! steps.
+//! steps, and pushed ranges become spans inside windows (PyTorch's ops, when the `sitecustomize`
+//! turned its NVTX profiler state on; see the agent's `ops.rs`).
 //!
 //! NVTX v3 is header-only: every library built with it holds its own NVTX instance, which at its
 //! first NVTX call `dlopen`s the file `NVTX_INJECTION64_PATH` names and calls its
@@ -7,9 +8,9 @@
 //! table (`NVTX_ETID_CALLBACKS`), gets each module's function table (an array of pointers to the
 //! instance's function-pointer slots, indexed by callback id) and stores its own functions in the
 //! slots it wants; NVTX turns every slot left empty into a no-op. So this runs once per NVTX
-//! instance, and kinetrace only attaches the range push/start entry points (plain, `Ex`, and the
-//! domain variants) plus string registration (so registered messages can be read back). Push/start
-//! answer as NVTX does without a tool: no push/pop tracking, range id 0.
+//! instance, and kinetrace only attaches the range push/pop/start entry points (plain, `Ex`, and
+//! the domain variants) plus string registration (so registered messages can be read back).
+//! Push/pop/start answer as NVTX does without a tool: no push/pop tracking, range id 0.
 //!
 //! Layouts and ids below are those of the public NVTX v3 headers (`nvtxDetail/nvtxTypes.h`,
 //! `nvToolsExt.h`), which are ABI-stable.
@@ -31,9 +32,11 @@ const CORE_RANGE_START_W: usize = 6;
 const CORE_RANGE_PUSH_EX: usize = 8;
 const CORE_RANGE_PUSH_A: usize = 9;
 const CORE_RANGE_PUSH_W: usize = 10;
+const CORE_RANGE_POP: usize = 11;
 /// `NvtxCallbackIdCore2`.
 const CORE2_DOMAIN_RANGE_START_EX: usize = 2;
 const CORE2_DOMAIN_RANGE_PUSH_EX: usize = 4;
+const CORE2_DOMAIN_RANGE_POP: usize = 5;
 const CORE2_DOMAIN_REGISTER_STRING_A: usize = 10;
 const CORE2_DOMAIN_REGISTER_STRING_W: usize = 11;
 /// `nvtxMessageType_t`.
@@ -103,15 +106,16 @@ pub unsafe extern "C" fn InitializeInjectionNvtx2(
         let Some(get_table) = callbacks.get_module_function_table else {
             return;
         };
-        let core: [(usize, FunctionPointer); 6] = [
+        let core: [(usize, FunctionPointer); 7] = [
             (CORE_RANGE_START_EX, range_start_ex as FunctionPointer),
             (CORE_RANGE_START_A, range_start_a as FunctionPointer),
             (CORE_RANGE_START_W, range_start_w as FunctionPointer),
             (CORE_RANGE_PUSH_EX, range_push_ex as FunctionPointer),
             (CORE_RANGE_PUSH_A, range_push_a as FunctionPointer),
             (CORE_RANGE_PUSH_W, range_push_w as FunctionPointer),
+            (CORE_RANGE_POP, range_pop as FunctionPointer),
         ];
-        let core2: [(usize, FunctionPointer); 4] = [
+        let core2: [(usize, FunctionPointer); 5] = [
             (
                 CORE2_DOMAIN_RANGE_START_EX,
                 domain_range_start_ex as FunctionPointer,
@@ -120,6 +124,7 @@ pub unsafe extern "C" fn InitializeInjectionNvtx2(
                 CORE2_DOMAIN_RANGE_PUSH_EX,
                 domain_range_push_ex as FunctionPointer,
             ),
+            (CORE2_DOMAIN_RANGE_POP, domain_range_pop as FunctionPointer),
             (
                 CORE2_DOMAIN_REGISTER_STRING_A,
                 register_string_a as FunctionPointer,
@@ -167,29 +172,44 @@ unsafe fn attach(
     }
 }
 
-fn on_message(message: &str) {
-    crate::shim::install_after(agent::nvtx_range(message));
+/// How a range came: pushed (nested, popped on the same thread) or started (ended by id, maybe on
+/// another thread: these only mark steps).
+#[derive(Clone, Copy)]
+enum Kind {
+    Push,
+    Start,
+}
+
+fn on_message(kind: Kind, message: &str) {
+    let install = match kind {
+        Kind::Push => agent::nvtx_push(message),
+        Kind::Start => agent::nvtx_range(message),
+    };
+    crate::shim::install_after(install);
 }
 
 /// # Safety
 /// `s` is null or a NUL-terminated string.
-unsafe fn on_ascii(s: *const c_char) {
+unsafe fn on_ascii(kind: Kind, s: *const c_char) {
     if s.is_null() {
+        // A push still opens a range its pop will close.
+        on_message(kind, "");
         return;
     }
     // SAFETY: per the caller.
     let bytes = unsafe { CStr::from_ptr(s) }.to_bytes();
-    on_message(&String::from_utf8_lossy(bytes));
+    on_message(kind, &String::from_utf8_lossy(bytes));
 }
 
 /// # Safety
 /// `s` is null or a NUL-terminated `wchar_t` (UTF-32 on Linux) string.
-unsafe fn on_wide(s: *const i32) {
+unsafe fn on_wide(kind: Kind, s: *const i32) {
     if s.is_null() {
+        on_message(kind, "");
         return;
     }
     // SAFETY: per the caller.
-    on_message(&unsafe { wide_to_string(s) });
+    on_message(kind, &unsafe { wide_to_string(s) });
 }
 
 /// # Safety
@@ -210,58 +230,68 @@ unsafe fn wide_to_string(s: *const i32) -> String {
 /// # Safety
 /// `attr` is null or a valid `nvtxEventAttributes_t`; registered messages are handles from
 /// [`register_string_a`] / [`register_string_w`].
-unsafe fn on_attributes(attr: *const EventAttributes) {
-    if attr.is_null() {
-        return;
-    }
+unsafe fn on_attributes(kind: Kind, attr: *const EventAttributes) {
     // SAFETY: per the caller; fields past `size` are not read.
-    let a = unsafe { &*attr };
-    if (a.size as usize) < std::mem::size_of::<EventAttributes>() || a.message.is_null() {
+    let a = (!attr.is_null()).then(|| unsafe { &*attr });
+    let Some(a) = a.filter(|a| {
+        (a.size as usize) >= std::mem::size_of::<EventAttributes>() && !a.message.is_null()
+    }) else {
+        on_message(kind, "");
         return;
-    }
+    };
     match a.message_type {
         // SAFETY: the message union holds what its type says; registered handles point at the
         // NUL-terminated copies this module made.
-        MESSAGE_ASCII | MESSAGE_REGISTERED => unsafe { on_ascii(a.message as *const c_char) },
+        MESSAGE_ASCII | MESSAGE_REGISTERED => unsafe { on_ascii(kind, a.message as *const c_char) },
         // SAFETY: as above.
-        MESSAGE_UNICODE => unsafe { on_wide(a.message as *const i32) },
-        _ => {}
+        MESSAGE_UNICODE => unsafe { on_wide(kind, a.message as *const i32) },
+        _ => on_message(kind, ""),
     }
 }
 
 unsafe extern "C" fn range_push_a(message: *const c_char) -> c_int {
     // SAFETY: NVTX passes the caller's string.
-    let _ = catch_unwind(|| unsafe { on_ascii(message) });
+    let _ = catch_unwind(|| unsafe { on_ascii(Kind::Push, message) });
     NO_PUSH_POP_TRACKING
 }
 
 unsafe extern "C" fn range_push_w(message: *const i32) -> c_int {
     // SAFETY: NVTX passes the caller's string.
-    let _ = catch_unwind(|| unsafe { on_wide(message) });
+    let _ = catch_unwind(|| unsafe { on_wide(Kind::Push, message) });
     NO_PUSH_POP_TRACKING
 }
 
 unsafe extern "C" fn range_push_ex(attr: *const EventAttributes) -> c_int {
     // SAFETY: NVTX passes the caller's attributes.
-    let _ = catch_unwind(|| unsafe { on_attributes(attr) });
+    let _ = catch_unwind(|| unsafe { on_attributes(Kind::Push, attr) });
+    NO_PUSH_POP_TRACKING
+}
+
+extern "C" fn range_pop() -> c_int {
+    let _ = catch_unwind(agent::nvtx_pop);
+    NO_PUSH_POP_TRACKING
+}
+
+extern "C" fn domain_range_pop(_domain: *const c_void) -> c_int {
+    let _ = catch_unwind(agent::nvtx_pop);
     NO_PUSH_POP_TRACKING
 }
 
 unsafe extern "C" fn range_start_a(message: *const c_char) -> u64 {
     // SAFETY: NVTX passes the caller's string.
-    let _ = catch_unwind(|| unsafe { on_ascii(message) });
+    let _ = catch_unwind(|| unsafe { on_ascii(Kind::Start, message) });
     0
 }
 
 unsafe extern "C" fn range_start_w(message: *const i32) -> u64 {
     // SAFETY: NVTX passes the caller's string.
-    let _ = catch_unwind(|| unsafe { on_wide(message) });
+    let _ = catch_unwind(|| unsafe { on_wide(Kind::Start, message) });
     0
 }
 
 unsafe extern "C" fn range_start_ex(attr: *const EventAttributes) -> u64 {
     // SAFETY: NVTX passes the caller's attributes.
-    let _ = catch_unwind(|| unsafe { on_attributes(attr) });
+    let _ = catch_unwind(|| unsafe { on_attributes(Kind::Start, attr) });
     0
 }
 
@@ -270,7 +300,7 @@ unsafe extern "C" fn domain_range_push_ex(
     attr: *const EventAttributes,
 ) -> c_int {
     // SAFETY: NVTX passes the caller's attributes.
-    let _ = catch_unwind(|| unsafe { on_attributes(attr) });
+    let _ = catch_unwind(|| unsafe { on_attributes(Kind::Push, attr) });
     NO_PUSH_POP_TRACKING
 }
 
@@ -279,7 +309,7 @@ unsafe extern "C" fn domain_range_start_ex(
     attr: *const EventAttributes,
 ) -> u64 {
     // SAFETY: NVTX passes the caller's attributes.
-    let _ = catch_unwind(|| unsafe { on_attributes(attr) });
+    let _ = catch_unwind(|| unsafe { on_attributes(Kind::Start, attr) });
     0
 }
 

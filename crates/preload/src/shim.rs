@@ -1,6 +1,6 @@
 //! The C entry points (see the crate docs).
 
-use std::ffi::{c_int, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::panic::catch_unwind;
@@ -155,6 +155,50 @@ pub extern "C" fn kinetrace_step() {
 #[no_mangle]
 pub extern "C" fn kinetrace_is_active() -> c_int {
     catch_unwind(agent::is_running).unwrap_or(false) as c_int
+}
+
+/// What the PyTorch side should have on now (see `kinetrace_agent::torch_state`): bit 1 PyTorch's
+/// NVTX profiler state (a window is open), bit 2 input shapes, bit 4 module ranges; 0 when this
+/// process is not profiling. Called by the `sitecustomize` hook at each step boundary.
+#[no_mangle]
+pub extern "C" fn kinetrace_torch_state() -> u32 {
+    catch_unwind(agent::torch_state).unwrap_or(0)
+}
+
+/// Opens a named range on this thread (an `nn.Module` forward, from the Python side): a
+/// `user_annotation` span inside a window. Every call is matched by one [`kinetrace_range_pop`].
+///
+/// # Safety
+/// `name` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn kinetrace_range_push(name: *const c_char) {
+    let name = if name.is_null() {
+        std::borrow::Cow::Borrowed("")
+    } else {
+        // SAFETY: per the contract, a NUL-terminated string.
+        String::from_utf8_lossy(unsafe { CStr::from_ptr(name) }.to_bytes())
+    };
+    let _ = catch_unwind(|| agent::range_push(&name));
+}
+
+/// Closes the innermost range this thread opened.
+#[no_mangle]
+pub extern "C" fn kinetrace_range_pop() {
+    let _ = catch_unwind(agent::range_pop);
+}
+
+/// One line for kinetrace's log (where the shim's own messages go), from the Python side.
+///
+/// # Safety
+/// `message` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn kinetrace_log(message: *const c_char) {
+    if message.is_null() {
+        return;
+    }
+    // SAFETY: per the contract, a NUL-terminated string.
+    let text = String::from_utf8_lossy(unsafe { CStr::from_ptr(message) }.to_bytes());
+    let _ = catch_unwind(|| agent::log(&text));
 }
 
 type RegisterCallbacks = unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32;

@@ -73,11 +73,16 @@ fn the_optimizer_hook_counts_iterations_without_code_changes() {
         vec![2, 3],
         "a CPU-only trace of iterations 2 and 3"
     );
-    // The no-driver path: one line saying so, nothing else.
+    // The no-driver path: one line saying so, and (this stand-in torch has no profiler to turn
+    // on) one line saying the ops are not recorded; nothing else.
     let log = w.log_text();
-    assert_eq!(log.lines().count(), 1, "{log}");
+    assert_eq!(log.lines().count(), 2, "{log}");
     assert!(
         log.contains("no CUDA driver in this process: profiling CPU activity only"),
+        "{log}"
+    );
+    assert!(
+        log.contains("python: cannot record PyTorch ops (AttributeError: module 'torch' has no attribute 'autograd'); traces hold GPU activity and steps only"),
         "{log}"
     );
 

@@ -256,6 +256,39 @@ pub static KEYS: &[Key] = &[
         apply: |l, v| step_pattern(v).map(|p| l.step_nvtx = Some(p)),
     },
     Key {
+        env: Some("KINETRACE_TORCH_OPS"),
+        kineto: None,
+        form: FORM_BOOL,
+        default: "1",
+        doc: "In PyTorch processes started by `kinetrace record`, record ATen ops, autograd \
+              functions and `record_function` ranges inside capture windows, as `torch.profiler` \
+              does (`cpu_op` events; each kernel links to the op that launched it). The \
+              `sitecustomize` turns PyTorch's NVTX profiler state on at a window's first step \
+              boundary and off after its last, so nothing is paid outside windows; the ranges \
+              reach the shim through `NVTX_INJECTION64_PATH` (so CUPTI's `marker` records are not \
+              collected in such processes: NVTX ranges the job pushes itself become \
+              `user_annotation` events instead). 0 leaves PyTorch alone.",
+        apply: |l, v| boolean(v).map(|b| l.torch_ops = Some(b)),
+    },
+    Key {
+        env: Some("KINETRACE_RECORD_SHAPES"),
+        kineto: Some("PROFILE_REPORT_INPUT_SHAPES"),
+        form: FORM_BOOL,
+        default: "0",
+        doc: "With the PyTorch ops, record each op's input shapes (`Input Dims`), as \
+              `record_shapes=True` does. Costs a few microseconds per op inside windows.",
+        apply: |l, v| boolean(v).map(|b| l.record_shapes = Some(b)),
+    },
+    Key {
+        env: Some("KINETRACE_WITH_MODULES"),
+        kineto: Some("PROFILE_WITH_MODULES"),
+        form: FORM_BOOL,
+        default: "1",
+        doc: "With the PyTorch ops, record each `nn.Module` forward as a `user_annotation` range \
+              named `nn.Module: {Class}_{n}` (global forward hooks, installed only inside windows).",
+        apply: |l, v| boolean(v).map(|b| l.with_modules = Some(b)),
+    },
+    Key {
         env: Some("KINETRACE_CUPTI_PATH"),
         kineto: None,
         form: FORM_PATH,

@@ -317,6 +317,15 @@ impl Config {
             if let Some(v) = layer.step_nvtx {
                 c.step_nvtx = Some(v);
             }
+            if let Some(v) = layer.torch_ops {
+                c.torch.ops = v;
+            }
+            if let Some(v) = layer.record_shapes {
+                c.torch.shapes = v;
+            }
+            if let Some(v) = layer.with_modules {
+                c.torch.modules = v;
+            }
         }
         Ok(c)
     }

@@ -121,6 +121,30 @@ pub struct Config {
     pub kineto_config: Option<PathBuf>,
     /// NVTX ranges whose message matches this glob mark steps (`KINETRACE_STEP_NVTX`).
     pub step_nvtx: Option<String>,
+    /// What PyTorch processes record of their framework side inside windows.
+    pub torch: TorchCapture,
+}
+
+/// The framework view of a PyTorch process (the `sitecustomize` that `kinetrace record` installs
+/// turns it on inside windows; see docs/record.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TorchCapture {
+    /// ATen ops and autograd functions as `cpu_op` events (`KINETRACE_TORCH_OPS`).
+    pub ops: bool,
+    /// Their input shapes, as `Input Dims` (`KINETRACE_RECORD_SHAPES`).
+    pub shapes: bool,
+    /// `nn.Module` forward ranges (`KINETRACE_WITH_MODULES`).
+    pub modules: bool,
+}
+
+impl Default for TorchCapture {
+    fn default() -> Self {
+        TorchCapture {
+            ops: true,
+            shapes: false,
+            modules: true,
+        }
+    }
 }
 
 impl Default for Config {
@@ -141,6 +165,7 @@ impl Default for Config {
             cupti_path: None,
             kineto_config: None,
             step_nvtx: None,
+            torch: TorchCapture::default(),
         }
     }
 }
@@ -200,7 +225,7 @@ impl Key {
 
 /// Kineto file keys kinetrace accepts and ignores (they tune Kineto internals or PyTorch client
 /// options kinetrace has no counterpart for).
-pub const KINETO_IGNORED: [(&str, &str); 9] = [
+pub const KINETO_IGNORED: [(&str, &str); 7] = [
     (
         "CUPTI_PER_THREAD_BUFFER_ENABLED",
         "kinetrace chooses CUPTI's buffer mode itself",
@@ -217,16 +242,8 @@ pub const KINETO_IGNORED: [(&str, &str); 9] = [
         "ROCTRACER_MAX_EVENTS",
         "ROCm is not handled by this backend",
     ),
-    (
-        "PROFILE_REPORT_INPUT_SHAPES",
-        "kinetrace records no input shapes",
-    ),
     ("PROFILE_WITH_STACK", "kinetrace records no Python stacks"),
     ("PROFILE_WITH_FLOPS", "kinetrace records no FLOP estimates"),
-    (
-        "PROFILE_WITH_MODULES",
-        "kinetrace records no module hierarchy",
-    ),
     ("REQUEST_TRACE_ID", "trace ids are generated per trace"),
 ];
 
@@ -291,6 +308,9 @@ struct Layer {
     signal: Option<Option<CaptureLength>>,
     cupti_path: Option<PathBuf>,
     step_nvtx: Option<String>,
+    torch_ops: Option<bool>,
+    record_shapes: Option<bool>,
+    with_modules: Option<bool>,
     /// Which key set each field, for conflict messages.
     names: Vec<(&'static str, &'static str)>,
 }

@@ -146,6 +146,9 @@ fn every_malformed_value_names_the_key_and_the_accepted_form() {
         ("KINETRACE_CUPTI_PATH", ""),
         ("KINETRACE_OPTIMIZER_HOOK", "no"),
         ("KINETRACE_STEP_NVTX", "train\u{7}step"),
+        ("KINETRACE_TORCH_OPS", "yes please"),
+        ("KINETRACE_RECORD_SHAPES", "2"),
+        ("KINETRACE_WITH_MODULES", "on"),
     ];
     let mut covered: Vec<&str> = Vec::new();
     for (k, v) in bad {
@@ -353,4 +356,38 @@ fn docs_config_md_matches_the_key_table() {
             k.name()
         );
     }
+}
+
+#[test]
+fn pytorch_framework_view_keys() {
+    let c = env(&[]).unwrap();
+    assert_eq!(
+        c.torch,
+        TorchCapture {
+            ops: true,
+            shapes: false,
+            modules: true
+        }
+    );
+    let c = env(&[
+        ("KINETRACE_TORCH_OPS", "0"),
+        ("KINETRACE_RECORD_SHAPES", "true"),
+        ("KINETRACE_WITH_MODULES", "false"),
+    ])
+    .unwrap();
+    assert_eq!(
+        c.torch,
+        TorchCapture {
+            ops: false,
+            shapes: true,
+            modules: false
+        }
+    );
+    // Kineto's spellings in a config file.
+    let c = with_file(
+        &[],
+        "PROFILE_REPORT_INPUT_SHAPES=true\nPROFILE_WITH_MODULES=false\n",
+    )
+    .unwrap();
+    assert!(c.torch.shapes && !c.torch.modules);
 }

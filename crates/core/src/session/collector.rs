@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use super::control::{Command, Stamp};
 use super::{lock, SessionConfig, Shared, TraceReadyCallback};
-use crate::activity::{Activity, ActivitySet, CpuSpan, Detail};
+use crate::activity::{Activity, ActivitySet, CpuSpan, Detail, OpArgs};
 use crate::clock::{TickConverter, Ticks, UnixNanos};
 use crate::recorder::{self, CpuRecord};
 use crate::source::{Sink, SinkFactory, TraceMeta, TraceOutput, WindowInfo};
@@ -679,6 +679,7 @@ impl Collector {
                     id,
                     pid,
                     tid,
+                    OpArgs::NONE,
                 )),
                 CpuRecord::Begin { id, .. } => {
                     self.open_begins.insert((tid, id), (pid, rec));
@@ -692,6 +693,7 @@ impl Collector {
                             annotation,
                             start,
                             id,
+                            args,
                         },
                     )) => Some(span_activity(
                         name,
@@ -701,6 +703,7 @@ impl Collector {
                         id,
                         pid,
                         tid,
+                        args,
                     )),
                     _ => None,
                 },
@@ -815,6 +818,7 @@ fn source_drops(shared: &Shared) -> Vec<u64> {
         .collect()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn span_activity(
     name: crate::intern::NameId,
     annotation: bool,
@@ -823,8 +827,14 @@ fn span_activity(
     id: u64,
     pid: u32,
     tid: u32,
+    args: OpArgs,
 ) -> Activity {
-    let span = CpuSpan { name, pid, tid };
+    let span = CpuSpan {
+        name,
+        pid,
+        tid,
+        args,
+    };
     Activity {
         start,
         end,

@@ -1,0 +1,318 @@
+//! PyTorch's ops, modules and `record_function` ranges, as NVTX ranges: the framework view.
+//!
+//! With the NVTX profiler state on (what `torch.autograd.profiler.emit_nvtx` enables; the
+//! `sitecustomize` turns it on at a window's first step boundary and off after its last), every
+//! RecordFunction pushes an NVTX range whose message is the op's name with what PyTorch knows of
+//! it, and pops it when the op returns:
+//!
+//! ```text
+//! aten::addmm, seq = 1, op_id = 5, sizes = [[16], [4, 8], [8, 16], [], []], input_op_ids = [(0,-1), ...]
+//! ```
+//!
+//! (`seq` only for ops that autograd records, `sizes` only with shapes on). Each range becomes a span
+//! in the recording thread's ring, begun at the push and ended at the pop, and is the thread's
+//! current external id while open, so runtime calls (and through them kernels) link to the
+//! innermost op that launched them, as Kineto links them. Ranges that are not PyTorch's (the job's
+//! own `nvtxRangePush`) become `user_annotation` spans.
+//!
+//! Pushes and pops pair by nesting, per thread: a stack of what each open range did. Ranges pushed
+//! outside a window are on it too (as nothing recorded), so a pop always ends the range it closes.
+
+use std::cell::RefCell;
+
+use kinetrace_core::clock::Ticks;
+use kinetrace_core::recorder::{self, CpuRecord};
+use kinetrace_core::{intern, OpArgs};
+
+/// Deepest nesting tracked per thread; deeper ranges are counted, not recorded.
+const MAX_DEPTH: usize = 512;
+
+/// One open range on this thread.
+#[derive(Clone, Copy)]
+struct Open {
+    /// The span's id (0: nothing was recorded for it).
+    id: u64,
+    /// The external id before this range made itself current.
+    previous_external_id: u64,
+}
+
+#[derive(Default)]
+struct Stack {
+    open: Vec<Open>,
+    /// Ranges pushed past [`MAX_DEPTH`], still open.
+    beyond: usize,
+    /// A step boundary waits for the range open at this depth (and those inside it) to end.
+    deferred_step: Option<usize>,
+}
+
+thread_local! {
+    static STACK: RefCell<Stack> = RefCell::new(Stack::default());
+}
+
+/// A range message, taken apart.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Message<'a> {
+    /// The op or range name.
+    pub name: &'a str,
+    /// Whether it came from PyTorch's NVTX observer (it carries `seq`, `op_id` or `sizes`).
+    pub torch: bool,
+    /// The autograd sequence number.
+    pub sequence: Option<u64>,
+    /// The input shapes, as JSON text (`[[4, 8], [8, 16], []]`), when present and well formed.
+    pub input_dims: Option<&'a str>,
+}
+
+const SEQ: &[u8] = b", seq = ";
+const OP_ID: &[u8] = b", op_id = ";
+const SIZES: &[u8] = b", sizes = ";
+const INPUT_OP_IDS: &[u8] = b", input_op_ids = ";
+
+/// Takes a range message apart (PyTorch's format above, or anything else as a plain name). One
+/// pass over the message's commas, no searcher set up per call: this runs twice per op.
+pub fn parse(message: &str) -> Message<'_> {
+    let b = message.as_bytes();
+    let mut name_end = None;
+    let mut sequence = None;
+    let mut sizes: Option<(usize, usize)> = None;
+    let mut i = 0;
+    while let Some(p) = b[i..].iter().position(|&c| c == b',') {
+        let at = i + p;
+        let rest = &b[at..];
+        if rest.starts_with(SEQ) {
+            name_end.get_or_insert(at);
+            let digits = &rest[SEQ.len()..];
+            let n = digits.iter().take_while(|c| c.is_ascii_digit()).count();
+            sequence = std::str::from_utf8(&digits[..n])
+                .ok()
+                .and_then(|d| d.parse().ok());
+        } else if rest.starts_with(OP_ID) {
+            name_end.get_or_insert(at);
+        } else if rest.starts_with(SIZES) {
+            name_end.get_or_insert(at);
+            sizes = Some((at + SIZES.len(), b.len()));
+        } else if rest.starts_with(INPUT_OP_IDS) {
+            if let Some((from, _)) = sizes {
+                sizes = Some((from, at));
+            }
+            break;
+        }
+        i = at + 1;
+    }
+    let Some(cut) = name_end else {
+        return Message {
+            name: message,
+            torch: false,
+            sequence: None,
+            input_dims: None,
+        };
+    };
+    // The cuts are at ASCII bytes, so they are character boundaries.
+    let input_dims = sizes
+        .map(|(from, to)| &message[from..to])
+        .filter(|text| well_formed_dims(text));
+    Message {
+        name: &message[..cut],
+        torch: true,
+        sequence,
+        input_dims,
+    }
+}
+
+/// Whether `text` is a JSON array of arrays of integers (what the trace writes without quoting).
+fn well_formed_dims(text: &str) -> bool {
+    let b = text.as_bytes();
+    if b.len() < 2 || b[0] != b'[' || b[b.len() - 1] != b']' {
+        return false;
+    }
+    let mut depth = 0i32;
+    let mut prev = b' ';
+    for &c in b {
+        match c {
+            b'[' => depth += 1,
+            b']' => {
+                depth -= 1;
+                if depth < 0 || prev == b',' {
+                    return false;
+                }
+            }
+            b'0'..=b'9' | b'-' | b' ' => {}
+            b',' if prev != b',' && prev != b'[' => {}
+            _ => return false,
+        }
+        if depth > 2 {
+            return false;
+        }
+        if c != b' ' {
+            prev = c;
+        }
+    }
+    depth == 0
+}
+
+/// An NVTX range was pushed with this message on this thread: inside a window, a span begins.
+pub fn push(message: &str) {
+    let _ = STACK.try_with(|s| {
+        let Ok(mut s) = s.try_borrow_mut() else {
+            return;
+        };
+        if s.open.len() >= MAX_DEPTH {
+            s.beyond += 1;
+            return;
+        }
+        if !recorder::is_active() {
+            s.open.push(Open {
+                id: 0,
+                previous_external_id: 0,
+            });
+            return;
+        }
+        let m = parse(message);
+        // `record_function` scopes PyTorch itself opens (`Optimizer.step#SGD.step`) are user
+        // annotations in torch.profiler's traces; ops and autograd functions are `cpu_op`s.
+        let annotation = !m.torch || m.name.contains('#');
+        let args = OpArgs::new(m.input_dims.map(intern), m.sequence);
+        let id = recorder::next_span_id();
+        let recorded = recorder::push(CpuRecord::Begin {
+            name: intern(m.name),
+            annotation,
+            start: Ticks::now(),
+            id,
+            args,
+        });
+        if recorded {
+            let previous_external_id = recorder::push_external_id(id);
+            s.open.push(Open {
+                id,
+                previous_external_id,
+            });
+        } else {
+            s.open.push(Open {
+                id: 0,
+                previous_external_id: 0,
+            });
+        }
+    });
+}
+
+/// The innermost NVTX range on this thread was popped: the span it began (if any) ends, and a step
+/// boundary waiting for it happens now.
+pub fn pop() {
+    let step_now = STACK
+        .try_with(|s| {
+            let Ok(mut s) = s.try_borrow_mut() else {
+                return false;
+            };
+            if s.beyond > 0 {
+                s.beyond -= 1;
+                return false;
+            }
+            let Some(open) = s.open.pop() else {
+                return false;
+            };
+            if open.id != 0 {
+                let end = Ticks::now();
+                // Only if this range is still the current one (ranges that do not nest, such as
+                // a step boundary inside one, may have moved it on).
+                if recorder::current_external_id() == Some(open.id) {
+                    recorder::restore_external_id(open.previous_external_id);
+                }
+                recorder::push(CpuRecord::End { end, id: open.id });
+            }
+            let depth = s.open.len();
+            s.deferred_step.take_if(|d| depth < *d).is_some()
+        })
+        .unwrap_or(false);
+    if step_now {
+        let _ = crate::process::step_now();
+    }
+}
+
+/// A step boundary is reported on this thread. If ranges recorded in the trace are open here (the
+/// optimizer hook runs inside PyTorch's `Optimizer.step` range), it waits until the outermost of
+/// them ends, and this returns `true`: a boundary inside a range would cut it across two steps, and
+/// the trace's ranges would no longer nest. At most one boundary waits: another one reported
+/// meanwhile first lets the waiting one happen, so no step is lost or merged.
+pub fn defer_step() -> bool {
+    let (earlier, defer) = STACK
+        .try_with(|s| {
+            let Ok(mut s) = s.try_borrow_mut() else {
+                return (false, false);
+            };
+            let earlier = s.deferred_step.take().is_some();
+            let outermost = s.open.iter().position(|o| o.id != 0);
+            if let Some(depth) = outermost {
+                s.deferred_step = Some(depth + 1);
+            }
+            (earlier, outermost.is_some())
+        })
+        .unwrap_or((false, false));
+    if earlier {
+        let _ = crate::process::step_now();
+    }
+    defer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pytorch_messages_come_apart() {
+        let m = parse("aten::addmm, seq = 1, op_id = 5, sizes = [[16], [4, 8], [8, 16], [], []], input_op_ids = [(0,-1), (0,-1), (2,0), (0,-1), (0,-1)]");
+        assert_eq!(
+            m,
+            Message {
+                name: "aten::addmm",
+                torch: true,
+                sequence: Some(1),
+                input_dims: Some("[[16], [4, 8], [8, 16], [], []]"),
+            }
+        );
+        let m = parse("autograd::engine::evaluate_function: AddmmBackward0, op_id = 35");
+        assert_eq!(
+            m.name,
+            "autograd::engine::evaluate_function: AddmmBackward0"
+        );
+        assert!(m.torch);
+        assert_eq!((m.sequence, m.input_dims), (None, None));
+        let m = parse("AddmmBackward0, seq = 4, op_id = 36");
+        assert_eq!((m.name, m.sequence), ("AddmmBackward0", Some(4)));
+        // Shapes without input ids (older PyTorch), and no op id.
+        let m = parse("aten::mm, seq = 7, sizes = [[2, 3], [3, 4]]");
+        assert_eq!(m.name, "aten::mm");
+        assert_eq!(m.sequence, Some(7));
+        assert_eq!(m.input_dims, Some("[[2, 3], [3, 4]]"));
+    }
+
+    #[test]
+    fn other_messages_are_plain_names() {
+        for text in ["train_step", "forward, backward", "seq = 3", ""] {
+            let m = parse(text);
+            assert_eq!(m.name, text);
+            assert!(!m.torch);
+        }
+    }
+
+    #[test]
+    fn only_well_formed_shapes_are_kept() {
+        for good in ["[]", "[[]]", "[[4, 8], [], [1]]", "[[-1, 3]]"] {
+            assert!(well_formed_dims(good), "{good}");
+        }
+        for bad in [
+            "",
+            "[",
+            "[[4, 8]",
+            "[[4,, 8]]",
+            "[[4, 8],]",
+            "[[\"x\"]]",
+            "[[[1]]]",
+            "]",
+            "[[1]] x",
+            "[,1]",
+        ] {
+            assert!(!well_formed_dims(bad), "{bad}");
+        }
+        let m = parse("aten::mm, op_id = 2, sizes = [[2, \"oops\"]]");
+        assert_eq!(m.input_dims, None);
+    }
+}

@@ -1,0 +1,133 @@
+"""The framework view of a PyTorch process: ATen ops, autograd functions and ``nn.Module`` ranges,
+recorded only inside kinetrace's capture windows.
+
+At each step boundary (after ``kinetrace.step()``) the shim says what should be on
+(``kinetrace_torch_state``): while a window is open, PyTorch's NVTX profiler state (what
+``torch.autograd.profiler.emit_nvtx`` enables, without its ``torch.cuda.synchronize()``) makes every
+RecordFunction push an NVTX range, which NVTX hands to the shim (``NVTX_INJECTION64_PATH`` points at
+it); global module forward hooks push one range per ``nn.Module`` call. Outside windows both are
+off: PyTorch runs exactly as it does without kinetrace.
+
+Never imports torch: it only acts once the job has imported it. Every failure leaves the job alone
+and says why once, in kinetrace's log.
+"""
+
+import atexit
+import ctypes
+import sys
+
+# What is on now (the shim's bits: 1 ops, 2 shapes, 4 modules), and the module hook handles.
+_on = 0
+_hooks = []
+_names = {}
+_counts = {}
+_failed = False
+_exit_registered = False
+
+
+def _log(lib, message):
+    try:
+        lib.kinetrace_log(ctypes.c_char_p(("python: " + message).encode("utf-8", "replace")))
+    except Exception:
+        pass
+
+
+def sync(lib):
+    """Turns PyTorch's recording on or off to match the shim's windows. Cheap when nothing changes."""
+    global _on, _failed
+    if _failed:
+        return
+    try:
+        want = int(lib.kinetrace_torch_state())
+    except Exception:
+        return
+    if want == _on:
+        return
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    try:
+        if _on:
+            _disable(torch)
+        if want:
+            _enable(torch, lib, want)
+        _on = want
+    except Exception as e:  # a PyTorch without the hook point: GPU-only traces, as before
+        _failed = True
+        _on = 0
+        _remove_module_hooks()
+        _log(lib, "cannot record PyTorch ops (%s: %s); traces hold GPU activity and steps only"
+             % (type(e).__name__, e))
+
+
+def _enable(torch, lib, want):
+    autograd = torch.autograd
+    if torch._C._autograd._profiler_enabled():
+        # torch.profiler (or emit_nvtx) is on: theirs, not ours to change.
+        raise RuntimeError("another PyTorch profiler is active")
+    from torch.autograd.profiler import ProfilerConfig, ProfilerState, _ExperimentalConfig
+
+    shapes = bool(want & 2)
+    # state, report_input_shapes, profile_memory, with_stack, with_flops, with_modules, experimental
+    config = ProfilerConfig(ProfilerState.NVTX, shapes, False, False, False, False,
+                            _ExperimentalConfig())
+    autograd._enable_profiler(config, set())
+    global _exit_registered
+    if not _exit_registered:
+        # Left on at exit, PyTorch warns about the profiler's leaked callback on stderr.
+        atexit.register(_at_exit)
+        _exit_registered = True
+    if want & 4:
+        _add_module_hooks(torch, lib)
+
+
+def _at_exit():
+    global _on
+    torch = sys.modules.get("torch")
+    if _on and torch is not None:
+        try:
+            _disable(torch)
+        except Exception:
+            pass
+        _on = 0
+
+
+def _disable(torch):
+    _remove_module_hooks()
+    if torch._C._autograd._profiler_enabled():
+        torch.autograd._disable_profiler()
+
+
+def _add_module_hooks(torch, lib):
+    module = torch.nn.modules.module
+    push = lib.kinetrace_range_push
+    pop = lib.kinetrace_range_pop
+
+    def name_of(m):
+        key = id(m)
+        name = _names.get(key)
+        if name is None:
+            # `nn.Module: Linear_0`: the class, then how many of that class were seen before.
+            cls = type(m).__name__
+            n = _counts.get(cls, 0)
+            _counts[cls] = n + 1
+            name = ("nn.Module: %s_%d" % (cls, n)).encode("utf-8", "replace")
+            _names[key] = name
+        return name
+
+    def before(m, args):
+        push(name_of(m))
+
+    def after(m, args, output):
+        pop()
+
+    _hooks.append(module.register_module_forward_pre_hook(before))
+    _hooks.append(module.register_module_forward_hook(after, always_call=True))
+
+
+def _remove_module_hooks():
+    while _hooks:
+        try:
+            _hooks.pop().remove()
+        except Exception:
+            pass
