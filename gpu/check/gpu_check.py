@@ -793,6 +793,8 @@ def cmd_all(a):
                 if name in ("correlation ids", "runtime/driver call per GPU record", "ac2g flow pair per GPU record",
                             "durations > 0", "GPU records within their step", "no dropped events"):
                     s.add("kinetrace record trace", name, ok, detail)
+            for name, ok, detail in framework_view_checks(ktr, ttr):
+                s.add("framework view", name, ok, detail)
             s.add("compare", "trace size (training)", None, "kinetrace %d B (%d events), torch.profiler %d B (%d events)" % (
                 os.path.getsize(ktr.path), len(ktr.events), os.path.getsize(ttr.path), len(ttr.events)))
         b = (base.get("wall_us_per_iter_off") or {}).get("median")
@@ -805,6 +807,58 @@ def cmd_all(a):
     s.print()
     progress("done in %.0fs (logs in %s)" % (time.monotonic() - T0, out))
     return 1 if s.failed() else 0
+
+
+def _gpu_time_by_op(tr):
+    """GPU time (µs) of the kernels each CPU op launched, by op name (kernel External id -> the
+    cpu_op with that External id), and the kernels whose External id names no cpu_op."""
+    ops = {}
+    for e in tr.events:
+        if e.get("ph") == "X" and e.get("cat") == "cpu_op":
+            ext = (e.get("args") or {}).get("External id")
+            if ext is not None:
+                ops[ext] = e
+    by_name, unlinked = {}, []
+    for e in tr.events:
+        if e.get("ph") == "X" and e.get("cat") == "kernel":
+            ext = (e.get("args") or {}).get("External id")
+            op = ops.get(ext)
+            if op is None:
+                unlinked.append(e.get("name"))
+                continue
+            by_name[op["name"]] = by_name.get(op["name"], 0.0) + float(e.get("dur", 0))
+    return ops, by_name, unlinked
+
+
+def framework_view_checks(ktr, ttr):
+    """kinetrace's PyTorch framework view against torch.profiler's trace of the same training loop:
+    every kernel links to an ATen op on the thread that launched it, and the ops ordered by the GPU
+    time of their kernels agree at the top."""
+    out = []
+    ops, ours, unlinked = _gpu_time_by_op(ktr)
+    out.append(("ATen ops recorded", len(ops) > 0, "%d cpu_op events with an External id" % len(ops)))
+    out.append(("every kernel's External id is an op", not unlinked and bool(ours),
+                "%d unlinked %s" % (len(unlinked), unlinked[:3])))
+    # The launching thread: the runtime call with the kernel's correlation id runs on the op's thread.
+    launches = {}
+    for e in ktr.events:
+        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver"):
+            c = (e.get("args") or {}).get("correlation")
+            if c is not None:
+                launches[c] = e
+    wrong = []
+    for e in ktr.events:
+        if e.get("ph") == "X" and e.get("cat") == "kernel":
+            a = e.get("args") or {}
+            op, call = ops.get(a.get("External id")), launches.get(a.get("correlation"))
+            if op is not None and (call is None or call.get("tid") != op.get("tid")):
+                wrong.append(e.get("name"))
+    out.append(("op on the launching thread", not wrong, "%d kernels whose op is on another thread %s" % (len(wrong), wrong[:3])))
+    _, theirs, _ = _gpu_time_by_op(ttr)
+    top = lambda d: [k for k, _ in sorted(d.items(), key=lambda kv: -kv[1])[:3]]
+    out.append(("top ops by GPU time", top(ours) == top(theirs) and bool(ours),
+                "kinetrace %s, torch.profiler %s" % (top(ours), top(theirs))))
+    return out
 
 
 def cmd_check_trace(a):
