@@ -76,6 +76,13 @@ pub trait ActivitySource: Send {
         self.poll(emit)
     }
 
+    /// Whether the last [`enable`](Self::enable) left the source recording less than asked
+    /// (another client holds the vendor library, say) in a way a later `enable` may mend: the next
+    /// window's enable is then never skipped, even when the source is still on from this one.
+    fn degraded(&self) -> bool {
+        false
+    }
+
     /// Records this source lost (buffers full, vendor drops), since it was created.
     fn dropped(&self) -> u64 {
         0

@@ -166,6 +166,8 @@ struct Shared {
     /// Release on store, Acquire on load: a record pushed after the store on the same thread is
     /// seen with it.
     recording_from: AtomicU64,
+    /// A source's last enable left it degraded (see `ActivitySource::degraded`).
+    sources_degraded: AtomicBool,
     /// Whether a collector thread runs (else its work is done inline by the caller).
     threaded: AtomicBool,
 }
@@ -206,6 +208,7 @@ impl Session {
             }),
             collector: Mutex::new(collector),
             recording_from: AtomicU64::new(u64::MAX),
+            sources_degraded: AtomicBool::new(false),
             threaded: AtomicBool::new(false),
         });
         {
@@ -540,21 +543,34 @@ impl Shared {
             match self.sources.try_lock() {
                 Ok(g) => g,
                 Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => {
+                Err(std::sync::TryLockError::WouldBlock)
+                    if !self.sources_degraded.load(Ordering::Acquire) =>
+                {
                     // Still on from the last window; refreshing them is not worth a wait.
                     lock(&self.control).enabled_epoch = epoch;
                     return;
                 }
+                // Degraded in the last window (another profiler held the vendor library): this
+                // enable is its chance to recover, worth the wait for the collector's brief hold.
+                Err(std::sync::TryLockError::WouldBlock) => lock(&self.sources),
             }
         };
         let c = lock(&self.control);
         if !needed(&c) {
             return;
         }
+        drop(c);
+        self.enable_locked(&mut sources);
+    }
+
+    /// Enables every source for the window that wants them now, with the sources locked (lock
+    /// order: sources, then control).
+    fn enable_locked(&self, sources: &mut Sources) {
+        let c = lock(&self.control);
         let (activities, log, epoch) = (c.activities, c.log.clone(), c.sources_epoch);
         // Enabling makes vendor calls (milliseconds at most); the control lock is not needed for it.
         drop(c);
-        let Sources { list, failed } = &mut *sources;
+        let Sources { list, failed } = sources;
         let mut messages = Vec::new();
         for (src, failed) in list.iter_mut().zip(failed.iter_mut()) {
             match src.enable(activities) {
@@ -566,6 +582,8 @@ impl Shared {
             }
         }
         messages.iter().for_each(|m| log(m));
+        self.sources_degraded
+            .store(list.iter().any(|s| s.degraded()), Ordering::Release);
         let mut c = lock(&self.control);
         c.sources_enabled = true;
         c.enabled_epoch = epoch;

@@ -349,6 +349,11 @@ impl ActivitySource for CuptiSource {
         }
     }
 
+    fn degraded(&self) -> bool {
+        // Another CUPTI client held the subscriber: the next window tries to take it again.
+        matches!(&self.state, State::Live(l) if l.yielded)
+    }
+
     fn dropped(&self) -> u64 {
         match &self.state {
             // Refused buffers are not records: CUPTI counts what it could not write in cupti_dropped.

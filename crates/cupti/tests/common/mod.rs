@@ -293,10 +293,12 @@ impl Windows {
     /// Waits until `n` windows are written (the collector writes them on its own thread; a test
     /// that changes the source between windows waits, so each trace describes its own window).
     pub fn wait_for(&self, n: usize) {
+        // Written, not only opened: a sink is made when its window starts.
+        let written = || self.0.lock().unwrap().iter().filter(|w| w.finished).count();
         wait_until(
             Duration::from_secs(60),
-            || self.0.lock().unwrap().len() >= n,
-            || format!("{} of {n} windows written", self.0.lock().unwrap().len()),
+            || written() >= n,
+            || format!("{} of {n} windows written", written()),
         );
     }
 }
