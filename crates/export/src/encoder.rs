@@ -69,6 +69,13 @@ pub(crate) struct Events {
 
 type Event<'a> = Object<'a, Compact>;
 
+/// The two flow kinds Kineto writes: launch to GPU work, forward op to backward function.
+#[derive(Clone, Copy)]
+enum Flow {
+    Ac2g,
+    FwdBwd,
+}
+
 /// `"ph":"X","cat":…`: the start of every complete event.
 #[inline(always)]
 fn complete(e: &mut Event<'_>, cat: Member) {
@@ -215,24 +222,8 @@ impl Events {
         };
         self.fwdbwd_flows += 1;
         let id = self.fwdbwd_flows;
-        for (start, (pid, tid), ts) in [(true, from, at), (false, row, a.start)] {
-            events.object::<Compact>(|e| {
-                e.member(if start {
-                    member!("ph", "s")
-                } else {
-                    member!("ph", "f")
-                });
-                e.u64(key!("id"), id);
-                e.i64(key!("pid"), pid);
-                e.i64(key!("tid"), tid);
-                e.us3(key!("ts"), self.rel(ts));
-                e.member(member!("cat", "fwdbwd"));
-                e.member(member!("name", "fwdbwd"));
-                if !start {
-                    e.member(member!("bp", "e"));
-                }
-            });
-        }
+        self.flow_of(events, Flow::FwdBwd, true, id, from, at);
+        self.flow_of(events, Flow::FwdBwd, false, id, row, a.start);
     }
 
     /// An `ac2g` flow event: `s` at a launch, `f` (bound to the enclosing slice) at everything else.
@@ -240,6 +231,20 @@ impl Events {
     fn flow(
         &self,
         events: &mut Array<'_, Rows>,
+        start: bool,
+        id: u64,
+        row: (i64, i64),
+        ts: UnixNanos,
+    ) {
+        self.flow_of(events, Flow::Ac2g, start, id, row, ts)
+    }
+
+    /// A flow event of either kind: `s` (`start`) or `f` with `"bp":"e"`.
+    #[inline(always)]
+    fn flow_of(
+        &self,
+        events: &mut Array<'_, Rows>,
+        kind: Flow,
         start: bool,
         id: u64,
         (pid, tid): (i64, i64),
@@ -255,8 +260,16 @@ impl Events {
             e.i64(key!("pid"), pid);
             e.i64(key!("tid"), tid);
             e.us3(key!("ts"), self.rel(ts));
-            e.member(member!("cat", "ac2g"));
-            e.member(member!("name", "ac2g"));
+            match kind {
+                Flow::Ac2g => {
+                    e.member(member!("cat", "ac2g"));
+                    e.member(member!("name", "ac2g"));
+                }
+                Flow::FwdBwd => {
+                    e.member(member!("cat", "fwdbwd"));
+                    e.member(member!("name", "fwdbwd"));
+                }
+            }
             if !start {
                 e.member(member!("bp", "e"));
             }
