@@ -4,7 +4,8 @@ use std::path::Path;
 
 /// (package, kinetrace packages it may depend on: normal and build dependencies).
 ///
-/// The direction: core ← export ← analysis; core, cupti-sys ← cupti; the facade (`kinetrace`) →
+/// The direction: core ← export ← analysis; core, cupti-sys ← cupti; core, rocprofiler-sdk-sys ←
+/// rocm; the facade (`kinetrace`) →
 /// core, export, cupti; the injected-process runtime (`kinetrace-agent`) → facade (+ core, export);
 /// the shim (`kinetrace-preload`) → agent only; the cli → agent, facade, analysis (+ core, export).
 /// Nothing depends on cli or preload, and only tests depend on the test doubles.
@@ -39,6 +40,15 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &["kinetrace-core", "kinetrace-cupti-sys"],
     ),
     ("kinetrace-fake-cupti", &["kinetrace-cupti-sys"]),
+    ("kinetrace-rocprofiler-sdk-sys", &[]),
+    (
+        "kinetrace-rocm",
+        &["kinetrace-core", "kinetrace-rocprofiler-sdk-sys"],
+    ),
+    (
+        "kinetrace-fake-rocprofiler-sdk",
+        &["kinetrace-rocprofiler-sdk-sys"],
+    ),
     // The shim holds entry points only; everything else is the agent's.
     ("kinetrace-preload", &["kinetrace-agent"]),
     // Test doubles and helpers: below the facade, so every crate's tests may use them.
@@ -67,6 +77,16 @@ const DEV_ALLOWED: &[(&str, &[&str])] = &[
         &["kinetrace-test-support", "kinetrace-fake-cupti"],
     ),
     ("kinetrace-fake-cupti", &[]),
+    ("kinetrace-rocprofiler-sdk-sys", &[]),
+    (
+        "kinetrace-rocm",
+        &[
+            "kinetrace-test-support",
+            "kinetrace-fake-rocprofiler-sdk",
+            "kinetrace-export",
+        ],
+    ),
+    ("kinetrace-fake-rocprofiler-sdk", &[]),
     (
         "kinetrace-preload",
         &[
@@ -179,7 +199,7 @@ fn dependencies_point_the_right_way() {
         );
         if matches!(
             dep.as_str(),
-            "kinetrace-test-support" | "kinetrace-fake-cupti"
+            "kinetrace-test-support" | "kinetrace-fake-cupti" | "kinetrace-fake-rocprofiler-sdk"
         ) {
             assert_eq!(
                 kind, "dev",

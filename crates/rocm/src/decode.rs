@@ -1,0 +1,414 @@
+//! From the compact records the callbacks queued to [`Activity`]s, the way Kineto maps ROCm
+//! records (research §3.4): HIP calls become `cuda_runtime` events with the SDK's operation number
+//! as `cid`-like id, dispatches become kernels on (device = the agent's index among GPUs, stream =
+//! the HSA queue's index in order of first use), copies become `gpu_memcpy` events on the GPU end
+//! of the copy. Every GPU record carries the correlation id of the call that enqueued it and that
+//! call's `External id`.
+//!
+//! Pure apart from the name cache: the kernel-name lookup and the `External id` lookup are passed
+//! in, so tests drive it without an SDK.
+
+use std::collections::HashMap;
+
+use kinetrace_core::activity::{Activity, ApiCall, Detail, Kernel, Memcpy, MemcpyKind, MemoryKind};
+use kinetrace_core::{intern, NameId, UnixNanos};
+
+use crate::record::Raw;
+
+/// HIP calls Kineto leaves out of its traces (its ROCm skip list): frequent, no GPU work.
+pub const NOISE: &[&str] = &[
+    "hipGetDevice",
+    "hipSetDevice",
+    "hipGetLastError",
+    "__hipPushCallConfiguration",
+    "__hipPopCallConfiguration",
+    "hipCtxSetCurrent",
+    "hipGetDevicePropertiesR0600",
+    "hipGetDeviceCount",
+    "hipDeviceGetAttribute",
+    "hipRuntimeGetVersion",
+    "hipPeekAtLastError",
+    "hipModuleGetFunction",
+];
+
+/// HIP calls Kineto draws an `ac2g` flow from (launches, copies, allocation and graph launch).
+pub const FLOW_STARTS: &[&str] = &[
+    "hipLaunchKernel",
+    "hipExtLaunchKernel",
+    "hipLaunchCooperativeKernel",
+    "hipModuleLaunchKernel",
+    "hipExtModuleLaunchKernel",
+    "hipHccModuleLaunchKernel",
+    "hipMalloc",
+    "hipFree",
+    "hipMemcpy",
+    "hipMemcpyAsync",
+    "hipMemcpyWithStream",
+    "hipGraphLaunch",
+];
+
+/// The name Kineto gives a dispatch whose kernel symbol was never registered.
+pub const UNKNOWN_KERNEL: &str = "<unknown kernel>";
+
+/// The direction of a copy operation, from the SDK's operation name.
+pub fn copy_direction(name: &str) -> MemcpyKind {
+    match name {
+        "MEMORY_COPY_HOST_TO_DEVICE" => MemcpyKind::HtoD,
+        "MEMORY_COPY_DEVICE_TO_HOST" => MemcpyKind::DtoH,
+        "MEMORY_COPY_DEVICE_TO_DEVICE" => MemcpyKind::DtoD,
+        "MEMORY_COPY_HOST_TO_HOST" => MemcpyKind::HtoH,
+        _ => MemcpyKind::Unknown,
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct ApiName {
+    name: NameId,
+    launches_work: bool,
+    noise: bool,
+}
+
+/// The mapping state: names resolved through the SDK, the device and stream numbering, the clock
+/// offset.
+#[derive(Debug)]
+pub struct Decoder {
+    pid: u32,
+    /// Unix ns = SDK ns (CLOCK_BOOTTIME) + this.
+    offset_ns: i64,
+    hip: HashMap<u32, ApiName>,
+    copies: HashMap<u32, MemcpyKind>,
+    devices: HashMap<u64, u32>,
+    streams: HashMap<u64, u32>,
+    kernels: HashMap<u64, NameId>,
+    unknown_kernel: NameId,
+    keep_noise: bool,
+}
+
+impl Decoder {
+    /// A decoder for HIP operations `hip` and copy operations `copies` (number → SDK name), GPU
+    /// agents `gpus` (handle → device index), and the clock offset.
+    pub fn new(
+        hip: &[(i32, String)],
+        copies: &[(i32, String)],
+        gpus: HashMap<u64, u32>,
+        offset_ns: i64,
+        keep_noise: bool,
+    ) -> Decoder {
+        Decoder {
+            pid: std::process::id(),
+            offset_ns,
+            hip: hip
+                .iter()
+                .map(|(op, n)| {
+                    (
+                        *op as u32,
+                        ApiName {
+                            name: intern(n),
+                            launches_work: FLOW_STARTS.contains(&n.as_str()),
+                            noise: NOISE.contains(&n.as_str()),
+                        },
+                    )
+                })
+                .collect(),
+            copies: copies
+                .iter()
+                .map(|(op, n)| (*op as u32, copy_direction(n)))
+                .collect(),
+            devices: gpus,
+            streams: HashMap::new(),
+            kernels: HashMap::new(),
+            unknown_kernel: intern(UNKNOWN_KERNEL),
+            keep_noise,
+        }
+    }
+
+    fn time(&self, sdk_ns: u64) -> UnixNanos {
+        UnixNanos((sdk_ns as i64).saturating_add(self.offset_ns).max(0) as u64)
+    }
+
+    /// The device index of an agent: its index among GPUs, or (an agent the SDK did not list) the
+    /// next free one.
+    fn device(&mut self, agent: u64) -> u32 {
+        let next = self.devices.values().max().map_or(0, |m| m + 1);
+        *self.devices.entry(agent).or_insert(next)
+    }
+
+    fn stream(&mut self, queue: u64) -> u32 {
+        let next = self.streams.len() as u32;
+        *self.streams.entry(queue).or_insert(next)
+    }
+
+    /// Maps one record. `kernel_name` looks a kernel id up in the code-object map; `external` gives
+    /// the `External id` of a correlation id. `None` for calls left out as noise.
+    pub fn decode(
+        &mut self,
+        raw: &Raw,
+        kernel_name: impl FnOnce(u64) -> Option<String>,
+        external: impl FnOnce(u64) -> Option<u64>,
+    ) -> Option<Activity> {
+        Some(match *raw {
+            Raw::Api {
+                operation,
+                correlation,
+                tid,
+                start,
+                end,
+                external: ext,
+            } => {
+                let name = match self.hip.get(&operation) {
+                    Some(n) => *n,
+                    None => {
+                        // An operation the SDK did not list: named by its number, once.
+                        let n = ApiName {
+                            name: intern(&format!("hip_api_{operation}")),
+                            launches_work: false,
+                            noise: false,
+                        };
+                        self.hip.insert(operation, n);
+                        n
+                    }
+                };
+                if name.noise && !self.keep_noise {
+                    return None;
+                }
+                Activity {
+                    start: self.time(start),
+                    end: self.time(end),
+                    correlation: Some(correlation),
+                    external_id: (ext != 0).then_some(ext),
+                    detail: Detail::Runtime(ApiCall {
+                        name: name.name,
+                        cbid: Some(operation),
+                        pid: self.pid,
+                        tid,
+                        launches_work: name.launches_work,
+                    }),
+                }
+            }
+            Raw::Kernel {
+                correlation,
+                start,
+                end,
+                agent,
+                queue,
+                kernel_id,
+                workgroup,
+                grid,
+                group_segment,
+            } => {
+                let name = match self.kernels.get(&kernel_id) {
+                    Some(n) => *n,
+                    None => match kernel_name(kernel_id) {
+                        Some(s) => {
+                            let n = intern(&s);
+                            self.kernels.insert(kernel_id, n);
+                            n
+                        }
+                        None => self.unknown_kernel,
+                    },
+                };
+                // AQL grid sizes are in work-items; Kineto's grid is in work-groups.
+                let blocks = |g: u32, w: u32| if w == 0 { g } else { g.div_ceil(w) };
+                Activity {
+                    start: self.time(start),
+                    end: self.time(end),
+                    correlation: Some(correlation),
+                    external_id: external(correlation),
+                    detail: Detail::Kernel(Kernel {
+                        name,
+                        device: self.device(agent),
+                        context: None,
+                        stream: self.stream(queue),
+                        grid: Some([
+                            blocks(grid[0], workgroup[0]),
+                            blocks(grid[1], workgroup[1]),
+                            blocks(grid[2], workgroup[2]),
+                        ]),
+                        block: Some(workgroup),
+                        registers_per_thread: None,
+                        shared_memory: Some(u64::from(group_segment)),
+                        queued: None,
+                        graph_id: None,
+                        graph_node_id: None,
+                    }),
+                }
+            }
+            Raw::Copy {
+                correlation,
+                operation,
+                start,
+                end,
+                src_agent,
+                dst_agent,
+                bytes,
+            } => {
+                let kind = self
+                    .copies
+                    .get(&operation)
+                    .copied()
+                    .unwrap_or(MemcpyKind::Unknown);
+                let side = |host: bool| {
+                    if host {
+                        MemoryKind::Pageable
+                    } else {
+                        MemoryKind::Device
+                    }
+                };
+                let (src_host, dst_host) = match kind {
+                    MemcpyKind::HtoD => (true, false),
+                    MemcpyKind::DtoH => (false, true),
+                    MemcpyKind::HtoH => (true, true),
+                    _ => (false, false),
+                };
+                // The copy is drawn on its GPU end.
+                let gpu_agent = if dst_host { src_agent } else { dst_agent };
+                Activity {
+                    start: self.time(start),
+                    end: self.time(end),
+                    correlation: Some(correlation),
+                    external_id: external(correlation),
+                    detail: Detail::Memcpy(Memcpy {
+                        kind,
+                        src_kind: side(src_host),
+                        dst_kind: side(dst_host),
+                        bytes,
+                        device: self.device(gpu_agent),
+                        context: None,
+                        stream: 0,
+                        peer: None,
+                    }),
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decoder() -> Decoder {
+        Decoder::new(
+            &[
+                (214, "hipLaunchKernel".into()),
+                (120, "hipGetDevice".into()),
+            ],
+            &[
+                (2, "MEMORY_COPY_HOST_TO_DEVICE".into()),
+                (3, "MEMORY_COPY_DEVICE_TO_HOST".into()),
+            ],
+            HashMap::from([(0x200, 0), (0x300, 1)]),
+            1_000,
+            false,
+        )
+    }
+
+    #[test]
+    fn kernel_maps_like_kineto() {
+        let mut d = decoder();
+        let raw = Raw::Kernel {
+            correlation: 7,
+            start: 100,
+            end: 150,
+            agent: 0x300,
+            queue: 0xabc,
+            kernel_id: 3,
+            workgroup: [256, 1, 1],
+            grid: [4096, 1, 1],
+            group_segment: 128,
+        };
+        let a = d
+            .decode(
+                &raw,
+                |id| (id == 3).then(|| "axpy".to_owned()),
+                |c| (c == 7).then_some(42),
+            )
+            .unwrap();
+        assert_eq!((a.start.0, a.end.0), (1_100, 1_150));
+        assert_eq!((a.correlation, a.external_id), (Some(7), Some(42)));
+        let Detail::Kernel(k) = a.detail else {
+            panic!("{a:?}")
+        };
+        assert_eq!(k.device, 1);
+        assert_eq!(k.stream, 0);
+        assert_eq!(k.grid, Some([16, 1, 1]));
+        assert_eq!(k.block, Some([256, 1, 1]));
+        assert_eq!(k.shared_memory, Some(128));
+        assert_eq!(&*kinetrace_core::intern::resolve(k.name), "axpy");
+        // A second queue is the next stream; an unknown kernel id keeps Kineto's placeholder.
+        let raw2 = Raw::Kernel {
+            correlation: 8,
+            start: 200,
+            end: 250,
+            agent: 0x300,
+            queue: 0xdef,
+            kernel_id: 9,
+            workgroup: [64, 1, 1],
+            grid: [64, 1, 1],
+            group_segment: 0,
+        };
+        let b = d.decode(&raw2, |_| None, |_| None).unwrap();
+        let Detail::Kernel(k) = b.detail else {
+            panic!("{b:?}")
+        };
+        assert_eq!(k.stream, 1);
+        assert_eq!(&*kinetrace_core::intern::resolve(k.name), UNKNOWN_KERNEL);
+    }
+
+    #[test]
+    fn api_calls_and_noise() {
+        let mut d = decoder();
+        let call = |op| Raw::Api {
+            operation: op,
+            correlation: 5,
+            tid: 77,
+            start: 10,
+            end: 20,
+            external: 9,
+        };
+        let a = d.decode(&call(214), |_| None, |_| None).unwrap();
+        let Detail::Runtime(c) = a.detail else {
+            panic!("{a:?}")
+        };
+        assert!(c.launches_work);
+        assert_eq!((c.tid, c.cbid, a.external_id), (77, Some(214), Some(9)));
+        assert!(d.decode(&call(120), |_| None, |_| None).is_none());
+        let odd = d.decode(&call(999), |_| None, |_| None).unwrap();
+        let Detail::Runtime(c) = odd.detail else {
+            panic!()
+        };
+        assert_eq!(&*kinetrace_core::intern::resolve(c.name), "hip_api_999");
+    }
+
+    #[test]
+    fn copies_sit_on_their_gpu_end() {
+        let mut d = decoder();
+        let copy = |op, src, dst| Raw::Copy {
+            correlation: 1,
+            operation: op,
+            start: 0,
+            end: 5,
+            src_agent: src,
+            dst_agent: dst,
+            bytes: 4096,
+        };
+        let a = d
+            .decode(&copy(2, 0x100, 0x300), |_| None, |_| None)
+            .unwrap();
+        let Detail::Memcpy(m) = a.detail else {
+            panic!()
+        };
+        assert_eq!((m.kind, m.device, m.bytes), (MemcpyKind::HtoD, 1, 4096));
+        assert_eq!(
+            (m.src_kind, m.dst_kind),
+            (MemoryKind::Pageable, MemoryKind::Device)
+        );
+        let b = d
+            .decode(&copy(3, 0x200, 0x100), |_| None, |_| None)
+            .unwrap();
+        let Detail::Memcpy(m) = b.detail else {
+            panic!()
+        };
+        assert_eq!((m.kind, m.device), (MemcpyKind::DtoH, 0));
+    }
+}

@@ -1,0 +1,662 @@
+//! The ROCm backend driven through the fake librocprofiler-sdk (`tests/fakes/rocprofiler-sdk`):
+//! real registration, contexts, buffers and callbacks in the real 1.x and 0.x layouts, into a real
+//! session writing a real trace. Each scenario runs in its own process: the SDK's tool
+//! registration, like the fake's fault configuration, is process-wide.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+
+use kinetrace_core::activity::ActivitySet;
+use kinetrace_core::schedule::Schedule;
+use kinetrace_core::session::{Session, SessionConfig, Trigger};
+use kinetrace_export::TraceDir;
+use kinetrace_rocm::sys::Abi;
+use kinetrace_rocm::{RocmConfig, RocmSource};
+use kinetrace_test_support::fake::profile_dir;
+use kinetrace_test_support::process::{in_child, wait_until};
+use kinetrace_test_support::trace::{events, load_only_trace, x};
+use kinetrace_test_support::{annotation, trace_session, Log};
+use serde_json::Value;
+
+const FAKE_FILE: &str = "libkinetrace_fake_rocprofiler_sdk.so";
+
+/// The fake, linked under the real SONAME in `dir`.
+fn fake_lib(dir: &Path) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let built = [
+        exe.parent().unwrap().join(FAKE_FILE),
+        profile_dir().join("deps").join(FAKE_FILE),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+    .unwrap_or_else(|| panic!("{FAKE_FILE} not built next to {}", exe.display()));
+    let p = dir.join("librocprofiler-sdk.so.1");
+    std::os::unix::fs::symlink(built, &p).unwrap();
+    p
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct FakeStats {
+    records_delivered: u64,
+    records_dropped: u64,
+    callbacks: u64,
+    contexts: u32,
+    active_contexts: u32,
+    configure_calls: u64,
+    other_tool_records: u64,
+    client_named: u32,
+}
+
+/// The fake's workload entry points, from the same (already loaded) file.
+struct Fake {
+    lib: libloading::Library,
+}
+
+macro_rules! sym {
+    ($self:ident, $name:literal, $t:ty) => {
+        // SAFETY: (test) the fake exports these with exactly these signatures.
+        *unsafe { $self.lib.get::<$t>($name) }.unwrap()
+    };
+}
+
+impl Fake {
+    fn open(path: &Path) -> Fake {
+        // SAFETY: the fake's initialisers do nothing.
+        let lib = unsafe { libloading::Library::new(path) }.unwrap();
+        Fake { lib }
+    }
+    fn load_kernel(&self, id: u64, name: &str) {
+        let c = CString::new(name).unwrap();
+        let f = sym!(
+            self,
+            b"fake_rocp_load_kernel\0",
+            unsafe extern "C" fn(u64, *const i8)
+        );
+        // SAFETY: the fake copies the name out during the call.
+        unsafe { f(id, c.as_ptr()) }
+    }
+    fn kernel(&self, id: u64, gpu: u32, queue: u64) -> u64 {
+        let f = sym!(
+            self,
+            b"fake_rocp_launch_kernel\0",
+            unsafe extern "C" fn(u64, u32, u64, u32, u32, u64) -> u64
+        );
+        // SAFETY: plain values.
+        unsafe { f(id, gpu, queue, 4096, 256, 5_000) }
+    }
+    fn memcpy(&self, bytes: u64, direction: u32, gpu: u32) -> u64 {
+        let f = sym!(
+            self,
+            b"fake_rocp_memcpy\0",
+            unsafe extern "C" fn(u64, u32, u32, u64) -> u64
+        );
+        // SAFETY: plain values.
+        unsafe { f(bytes, direction, gpu, 3_000) }
+    }
+    fn api(&self, name: &str) -> u64 {
+        let c = CString::new(name).unwrap();
+        let f = sym!(
+            self,
+            b"fake_rocp_api\0",
+            unsafe extern "C" fn(*const i8) -> u64
+        );
+        // SAFETY: a NUL-terminated name.
+        unsafe { f(c.as_ptr()) }
+    }
+    fn stats(&self) -> FakeStats {
+        let f = sym!(
+            self,
+            b"fake_rocp_stats\0",
+            unsafe extern "C" fn(*mut FakeStats)
+        );
+        let mut s = FakeStats::default();
+        // SAFETY: a valid out-pointer of the fake's layout.
+        unsafe { f(&mut s) };
+        s
+    }
+}
+
+fn config(lib: &Path) -> RocmConfig {
+    RocmConfig {
+        library: Some(lib.to_path_buf()),
+        ..RocmConfig::default()
+    }
+}
+
+fn args(e: &Value) -> &Value {
+    &e["args"]
+}
+
+/// The scenario of the main tests: two kernel symbols, launches inside a span and outside any, a
+/// copy, a noisy call and a sync. Returns the correlation ids of the launches inside the span.
+fn workload(fake: &Fake) -> Vec<u64> {
+    let inside = {
+        let _span = annotation("train_step");
+        let ids = vec![
+            fake.kernel(1, 1, 0xa000),
+            fake.kernel(2, 1, 0xa000),
+            fake.kernel(1, 0, 0xb000),
+        ];
+        fake.memcpy(1 << 20, 2, 1);
+        fake.api("hipGetDevice");
+        ids
+    };
+    fake.kernel(77, 1, 0xa000); // never registered: "<unknown kernel>"
+    fake.api("hipDeviceSynchronize");
+    inside
+}
+
+fn scenario(version: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = fake_lib(dir.path());
+    let fake = Fake::open(&lib);
+    let source = RocmSource::new(config(&lib));
+    let info = source.library_info().expect("the fake loads").clone();
+    let abi = if version.starts_with("0.") {
+        Abi::V0
+    } else {
+        Abi::V1
+    };
+    assert_eq!(info.abi, abi);
+    assert_eq!(
+        format!("{}.{}.{}", info.version.0, info.version.1, info.version.2),
+        version
+    );
+    let stats = fake.stats();
+    assert_eq!(stats.configure_calls, 1);
+    assert_eq!(
+        stats.client_named, 1,
+        "the tool names itself in the client id"
+    );
+    // The utility context runs from initialisation; the main one only inside windows.
+    assert_eq!((stats.contexts, stats.active_contexts), (2, 1));
+    // Code objects load before the first launch (here: before the window, as at import time).
+    fake.load_kernel(1, "_Z4axpyPfS_f.kd");
+    fake.load_kernel(2, "_Z4gemmPKfS0_Pf.kd");
+
+    let out = dir.path().join("traces");
+    let log = Log::default();
+    let session = trace_session(vec![Box::new(source)], ActivitySet::all(), &out, &log);
+    wait_until(
+        "the window to start the main context",
+        || fake.stats().active_contexts == 2,
+        || format!("{:?}", fake.stats()),
+    );
+    let inside = workload(&fake);
+    let written = session.stop();
+    assert_eq!(written.len(), 1);
+    assert!(
+        log.lines().is_empty(),
+        "unexpected messages: {:?}",
+        log.lines()
+    );
+    assert_eq!(
+        fake.stats().active_contexts,
+        1,
+        "the main context stopped after the window"
+    );
+
+    let trace = load_only_trace(&out);
+    let kernels = x(&trace, "kernel");
+    let runtime = x(&trace, "cuda_runtime");
+    let copies = x(&trace, "gpu_memcpy");
+    let names: Vec<&str> = kernels
+        .iter()
+        .map(|k| k["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "_Z4axpyPfS_f",
+            "_Z4gemmPKfS0_Pf",
+            "_Z4axpyPfS_f",
+            "<unknown kernel>"
+        ]
+    );
+    // 4 launches, 1 copy, 1 sync; hipGetDevice is noise Kineto leaves out.
+    let calls: Vec<&str> = runtime
+        .iter()
+        .map(|k| k["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            "hipLaunchKernel",
+            "hipLaunchKernel",
+            "hipLaunchKernel",
+            "hipMemcpyAsync",
+            "hipLaunchKernel",
+            "hipDeviceSynchronize"
+        ]
+    );
+    assert_eq!(copies.len(), 1);
+    assert_eq!(copies[0]["name"], "Memcpy HtoD (Pageable -> Device)");
+    assert_eq!(args(copies[0])["bytes"], 1 << 20);
+    // 1.x: the agent's index among GPUs; 0.x (agents not read): GPU 1 was the first one used.
+    let copy_device = if abi == Abi::V1 { 1 } else { 0 };
+    assert_eq!(args(copies[0])["device"], copy_device);
+
+    // Every GPU record carries its call's correlation id, and the call's External id.
+    let span = x(&trace, "user_annotation")
+        .into_iter()
+        .find(|e| e["name"] == "train_step")
+        .expect("the span");
+    let span_id = args(span)["External id"].as_u64().expect("span id");
+    for (k, corr) in kernels.iter().zip(&inside) {
+        assert_eq!(args(k)["correlation"].as_u64(), Some(*corr));
+        assert_eq!(args(k)["External id"].as_u64(), Some(span_id), "{k}");
+        let call = runtime
+            .iter()
+            .find(|r| args(r)["correlation"].as_u64() == Some(*corr))
+            .expect("the launching call");
+        assert_eq!(args(call)["External id"].as_u64(), Some(span_id));
+        // The call and its kernel are joined by an ac2g flow with the correlation id.
+        let flows: Vec<&Value> = events(&trace)
+            .iter()
+            .filter(|e| e["cat"] == "ac2g" && e["id"].as_u64() == Some(*corr))
+            .collect();
+        assert_eq!(flows.len(), 2, "{flows:?}");
+    }
+    assert!(
+        args(kernels[3]).get("External id").is_none(),
+        "launched outside the span"
+    );
+    assert_eq!(args(copies[0])["External id"].as_u64(), Some(span_id));
+    // Kineto's grid is in work-groups: 4096 work-items in groups of 256.
+    assert_eq!(args(kernels[0])["grid"], serde_json::json!([16, 1, 1]));
+    assert_eq!(args(kernels[0])["block"], serde_json::json!([256, 1, 1]));
+    // Device: the agent's index among GPUs (1.x) or in order of first use (0.x, agents unread);
+    // stream: the HSA queue in order of first use.
+    let place = |k: &Value| {
+        (
+            args(k)["device"].as_u64().unwrap(),
+            args(k)["stream"].as_u64().unwrap(),
+        )
+    };
+    match abi {
+        Abi::V1 => {
+            assert_eq!([place(kernels[0]), place(kernels[2])], [(1, 0), (0, 1)]);
+            let devices = trace["deviceProperties"].as_array().expect("devices");
+            assert_eq!(devices.len(), 2);
+            assert_eq!(devices[1]["name"], "AMD Instinct MI250X");
+            assert_eq!(devices[1]["numSms"], 104);
+            assert_eq!(devices[1]["warpSize"], 64);
+        }
+        Abi::V0 => {
+            assert_eq!([place(kernels[0]), place(kernels[2])], [(0, 0), (1, 1)]);
+        }
+    }
+    // GPU time sits inside the call that launched it, in the Unix domain the host clock uses.
+    for (k, corr) in kernels.iter().zip(&inside) {
+        let call = runtime
+            .iter()
+            .find(|r| args(r)["correlation"].as_u64() == Some(*corr))
+            .unwrap();
+        let (ks, cs) = (k["ts"].as_f64().unwrap(), call["ts"].as_f64().unwrap());
+        let ce = cs + call["dur"].as_f64().unwrap();
+        assert!(
+            ks >= cs && ks <= ce + 1.0,
+            "kernel at {ks}, call {cs}..{ce}"
+        );
+    }
+    assert_eq!(trace["rocprofiler_sdk_version"], version);
+}
+
+#[test]
+fn abi_1x_kernels_copies_and_calls_with_names_and_links() {
+    in_child(
+        "abi_1x_kernels_copies_and_calls_with_names_and_links",
+        &[],
+        || scenario("1.1.0"),
+    );
+}
+
+#[test]
+fn abi_1_0_agents_with_the_smaller_struct() {
+    in_child(
+        "abi_1_0_agents_with_the_smaller_struct",
+        &[("FAKE_ROCP_VERSION", "1.0.2")],
+        || scenario("1.0.2"),
+    );
+}
+
+#[test]
+fn abi_0x_layouts() {
+    in_child("abi_0x_layouts", &[("FAKE_ROCP_VERSION", "0.6.0")], || {
+        scenario("0.6.0")
+    });
+}
+
+#[test]
+fn kinds_and_operations_are_resolved_by_name() {
+    in_child(
+        "kinds_and_operations_are_resolved_by_name",
+        &[("FAKE_ROCP_RENUMBER", "1")],
+        || scenario("1.1.0"),
+    );
+}
+
+#[test]
+fn nothing_is_recorded_outside_the_window() {
+    in_child("nothing_is_recorded_outside_the_window", &[], || {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = fake_lib(dir.path());
+        let fake = Fake::open(&lib);
+        let source = RocmSource::new(config(&lib));
+        // Code objects load after registration (the SDK registers tools before HIP starts).
+        fake.load_kernel(1, "before.kd");
+        fake.load_kernel(2, "inside.kd");
+        fake.load_kernel(3, "after.kd");
+        let log = Log::default();
+        let out = dir.path().join("traces");
+        let config = SessionConfig {
+            activities: ActivitySet::all(),
+            trigger: Trigger::Schedule(Schedule::new(1, 1, 1).unwrap()),
+            log: log.log_fn(),
+            ..SessionConfig::default()
+        };
+        let session = Session::start(
+            config,
+            vec![Box::new(source)],
+            Box::new(TraceDir::new(&out)),
+            None,
+        )
+        .unwrap();
+        // Step 0 waits: the main context stays stopped, so the SDK records nothing at all.
+        let before = fake.stats();
+        fake.kernel(1, 0, 0xa);
+        assert_eq!(fake.stats().active_contexts, 1);
+        assert_eq!(
+            fake.stats().callbacks,
+            before.callbacks,
+            "no API callback while stopped"
+        );
+        session.step();
+        // Warm-up then active: the context runs.
+        wait_until(
+            "warm-up to start the main context",
+            || fake.stats().active_contexts == 2,
+            || format!("{:?}", fake.stats()),
+        );
+        session.step();
+        fake.kernel(2, 0, 0xa);
+        session.step();
+        wait_until(
+            "the window's end to stop the main context",
+            || fake.stats().active_contexts == 1,
+            || format!("{:?}", fake.stats()),
+        );
+        let calls = fake.stats().callbacks;
+        fake.kernel(3, 0, 0xa);
+        assert_eq!(
+            fake.stats().callbacks,
+            calls,
+            "no API callback after the window"
+        );
+        let written = session.stop();
+        assert_eq!(written.len(), 1);
+        let trace = load_only_trace(&out);
+        let names: Vec<&str> = x(&trace, "kernel")
+            .iter()
+            .map(|k| k["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["inside"]);
+        assert_eq!(x(&trace, "cuda_runtime").len(), 1);
+        assert!(log.lines().is_empty(), "{:?}", log.lines());
+    });
+}
+
+/// Runs a small workload through a session with the fake's faults from the environment; returns
+/// the trace, the log's lines and the fake's counters. The job must survive whatever happens.
+fn survives(cfg: impl FnOnce(&mut RocmConfig), launches: u32) -> (Value, Vec<String>, FakeStats) {
+    survives_after(cfg, |_| {}, launches)
+}
+
+/// [`survives`], running `first` on the fake once the window is open.
+fn survives_after(
+    cfg: impl FnOnce(&mut RocmConfig),
+    first: impl FnOnce(&Fake),
+    launches: u32,
+) -> (Value, Vec<String>, FakeStats) {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = fake_lib(dir.path());
+    let fake = Fake::open(&lib);
+    let mut c = config(&lib);
+    cfg(&mut c);
+    let source = RocmSource::new(c);
+    fake.load_kernel(1, "k.kd");
+    let live = source.is_live();
+    let idle = fake.stats().active_contexts;
+    let out = dir.path().join("traces");
+    let log = Log::default();
+    let session = trace_session(vec![Box::new(source)], ActivitySet::all(), &out, &log);
+    if live {
+        // Enable runs on the collector; a source that failed to enable has logged by then.
+        wait_until(
+            "the window to start (or fail to start) the main context",
+            || fake.stats().active_contexts == idle + 1 || !log.lines().is_empty(),
+            || format!("{:?} {:?}", fake.stats(), log.lines()),
+        );
+    }
+    first(&fake);
+    {
+        let _s = annotation("work");
+        for _ in 0..launches {
+            fake.kernel(1, 0, 0xa);
+        }
+    }
+    let written = session.stop();
+    assert_eq!(
+        written.len(),
+        1,
+        "a trace is written whatever the backend did"
+    );
+    (load_only_trace(&out), log.lines(), fake.stats())
+}
+
+fn one_line(log: &[String], needle: &str) {
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert!(log[0].contains(needle), "{log:?}");
+}
+
+#[test]
+fn fault_dropped_records_are_counted() {
+    in_child(
+        "fault_dropped_records_are_counted",
+        &[("FAKE_ROCP_DROP_EVERY", "3")],
+        || {
+            let (trace, log, stats) = survives(|_| {}, 30);
+            assert!(stats.records_dropped > 0);
+            assert_eq!(x(&trace, "kernel").len() as u64 + stats.records_dropped, 30);
+            assert_eq!(
+                trace["dropped_events"]["rocm"].as_u64(),
+                Some(stats.records_dropped)
+            );
+            assert!(log.iter().all(|l| !l.contains("panic")), "{log:?}");
+        },
+    );
+}
+
+#[test]
+fn flood_is_bounded_and_counted() {
+    in_child("flood_is_bounded_and_counted", &[], || {
+        // A queue of 8 records and a buffer handed over every record: the callbacks outrun the
+        // collector, the queue refuses, and every refused record is counted.
+        let (trace, _log, _stats) = survives_after(
+            |c| {
+                c.queue_records = 8;
+                c.buffer_bytes = 4096;
+                c.watermark = 1;
+            },
+            |fake| {
+                // One call the collector has taken: its window's start is applied, so the drops
+                // of the flood fall inside the window's bounds.
+                fake.api("hipDeviceSynchronize");
+                wait_until(
+                    "the collector to take the first record",
+                    || kinetrace_rocm::queue_stats().is_some_and(|q| q.taken == 1),
+                    || format!("{:?}", kinetrace_rocm::queue_stats()),
+                );
+            },
+            2_000,
+        );
+        let written = (x(&trace, "kernel").len() + x(&trace, "cuda_runtime").len()) as u64;
+        let q = kinetrace_rocm::queue_stats().expect("registered");
+        // Every record the callbacks produced was queued or counted, and every queued one is in
+        // the trace: nothing is lost silently, and memory stays at 8 slots.
+        assert!(q.refused > 0, "a flood into 8 slots must drop: {q:?}");
+        assert_eq!(q.accepted + q.refused, 4_001, "{q:?}");
+        assert_eq!(written, q.accepted, "{q:?}");
+        assert_eq!(trace["dropped_events"]["rocm"].as_u64(), Some(q.refused));
+    });
+}
+
+#[test]
+fn fault_start_context_fails() {
+    in_child(
+        "fault_start_context_fails",
+        &[("FAKE_ROCP_FAIL", "rocprofiler_start_context")],
+        || {
+            // The utility context cannot start either: initialisation fails, said once.
+            let (trace, log, _) = survives(|_| {}, 3);
+            assert_eq!(x(&trace, "kernel").len(), 0);
+            assert_eq!(
+                x(&trace, "user_annotation").len(),
+                1,
+                "CPU events still recorded"
+            );
+            one_line(
+                &log,
+                "rocprofiler_start_context failed with status 1 (General error)",
+            );
+        },
+    );
+}
+
+#[test]
+fn fault_create_buffer_fails() {
+    in_child(
+        "fault_create_buffer_fails",
+        &[("FAKE_ROCP_FAIL", "rocprofiler_create_buffer")],
+        || {
+            let (trace, log, _) = survives(|_| {}, 3);
+            assert_eq!(x(&trace, "kernel").len(), 0);
+            one_line(&log, "setting up tracing in");
+            assert!(
+                log[0].contains("rocprofiler_create_buffer failed"),
+                "{log:?}"
+            );
+        },
+    );
+}
+
+#[test]
+fn fault_flush_fails() {
+    in_child(
+        "fault_flush_fails",
+        &[("FAKE_ROCP_FAIL", "rocprofiler_flush_buffer")],
+        || {
+            let (trace, log, _) = survives(|c| c.watermark = 1, 5);
+            // Every record was handed over at its watermark, so nothing is lost; the failing
+            // flush is said, not fatal.
+            assert_eq!(x(&trace, "kernel").len(), 5);
+            assert!(!log.is_empty());
+            assert!(
+                log.iter()
+                    .all(|l| l.contains("rocprofiler_flush_buffer failed")),
+                "{log:?}"
+            );
+        },
+    );
+}
+
+#[test]
+fn fault_registered_too_late() {
+    in_child(
+        "fault_registered_too_late",
+        &[("FAKE_ROCP_ALREADY_INITIALIZED", "1")],
+        || {
+            let (trace, log, stats) = survives(|_| {}, 3);
+            assert_eq!(stats.configure_calls, 0);
+            assert_eq!(x(&trace, "kernel").len(), 0);
+            one_line(&log, "registered too late");
+            assert!(log[0].contains("ROCP_TOOL_LIBRARIES"), "{log:?}");
+        },
+    );
+}
+
+#[test]
+fn fault_version_too_old() {
+    in_child(
+        "fault_version_too_old",
+        &[("FAKE_ROCP_VERSION", "0.3.0")],
+        || {
+            let (_, log, stats) = survives(|_| {}, 1);
+            assert_eq!(
+                stats.configure_calls, 0,
+                "nothing is registered with an unknown ABI"
+            );
+            one_line(&log, "is rocprofiler-sdk 0.3.0; kinetrace reads 0.4 – 1.x");
+        },
+    );
+}
+
+#[test]
+fn fault_not_a_rocprofiler_sdk() {
+    in_child("fault_not_a_rocprofiler_sdk", &[], || {
+        // libm opens, but lacks every SDK symbol: the first required one is named.
+        let source = RocmSource::new(RocmConfig {
+            library: Some("libm.so.6".into()),
+            ..RocmConfig::default()
+        });
+        let e = source.library_info().unwrap_err().to_string();
+        assert!(
+            e.contains("libm.so.6 lacks the required symbol rocprofiler_get_version"),
+            "{e}"
+        );
+        let missing = RocmSource::new(RocmConfig {
+            library: Some("/nonexistent/librocprofiler-sdk.so.1".into()),
+            ..RocmConfig::default()
+        });
+        let e = missing.library_info().unwrap_err().to_string();
+        assert!(e.contains("/nonexistent/librocprofiler-sdk.so.1"), "{e}");
+    });
+}
+
+#[test]
+fn beside_another_tool() {
+    in_child(
+        "beside_another_tool",
+        &[("FAKE_ROCP_OTHER_TOOL", "1")],
+        || {
+            // Kineto registered first and traces dispatches into its own buffer: kinetrace records
+            // its window and leaves the other tool's stream whole, before, during and after it.
+            let (trace, log, stats) = survives(|_| {}, 4);
+            assert!(log.is_empty(), "{log:?}");
+            assert_eq!(x(&trace, "kernel").len(), 4);
+            assert_eq!(stats.other_tool_records, 4, "{stats:?}");
+        },
+    );
+}
+
+#[test]
+fn dropping_the_source_stops_its_context() {
+    in_child("dropping_the_source_stops_its_context", &[], || {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = fake_lib(dir.path());
+        let fake = Fake::open(&lib);
+        let mut source = RocmSource::new(config(&lib));
+        use kinetrace_core::source::ActivitySource;
+        source.enable(ActivitySet::all()).unwrap();
+        assert!(source.is_active());
+        source.enable(ActivitySet::all()).unwrap(); // harmless while on
+        assert_eq!(fake.stats().active_contexts, 2);
+        drop(source);
+        assert_eq!(fake.stats().active_contexts, 1);
+        // A process registers once: a second source reuses the registration.
+        let again = RocmSource::new(config(&lib));
+        assert!(again.is_live(), "{:?}", again.library_info().err());
+        assert_eq!(fake.stats().configure_calls, 1);
+    });
+}
