@@ -1,7 +1,9 @@
-//! The GPU backend a profiler records with by default: CUPTI on NVIDIA (feature `cupti`), loaded at
-//! run time. On a machine without a CUDA driver or libcupti the source is still added; it records
-//! nothing, says why in one line when recording first starts, and the trace metadata says the same
-//! (`cupti_status`), so the profiler records CPU activity only.
+//! The GPU backend a profiler records with by default: CUPTI on NVIDIA (feature `cupti`), else
+//! rocprofiler-sdk on AMD (feature `rocm`), both loaded at run time. On a machine with neither the
+//! source is still added; it records nothing, says why in one line when recording first starts,
+//! and the trace metadata says the same (`cupti_status`), so the profiler records CPU activity
+//! only. A node where rocprofiler-sdk exists but cannot be used (registered too late, say) gets the
+//! ROCm source, so the line says what went wrong with the runtime the node has.
 
 use std::path::PathBuf;
 
@@ -17,9 +19,52 @@ pub(crate) struct GpuSettings {
     pub max_buffer_bytes: Option<usize>,
 }
 
-/// The default GPU source, logging through `log`.
-#[cfg(feature = "cupti")]
+/// The default GPU source, logging through `log`: CUPTI when it is live (or named explicitly),
+/// else rocprofiler-sdk when one is found, else the CUPTI source that says why not.
+#[cfg(all(feature = "cupti", feature = "rocm"))]
 pub(crate) fn source(settings: &GpuSettings, log: &LogFn) -> Box<dyn ActivitySource> {
+    let cupti = cupti_source(settings, log);
+    if cupti.is_live() || settings.library.is_some() {
+        return Box::new(cupti);
+    }
+    match rocm_source(log) {
+        Some(rocm) => Box::new(rocm),
+        None => Box::new(cupti),
+    }
+}
+
+/// The default GPU source, logging through `log`.
+#[cfg(all(feature = "cupti", not(feature = "rocm")))]
+pub(crate) fn source(settings: &GpuSettings, log: &LogFn) -> Box<dyn ActivitySource> {
+    Box::new(cupti_source(settings, log))
+}
+
+/// The default GPU source, logging through `log`: rocprofiler-sdk (a build without CUPTI).
+#[cfg(all(feature = "rocm", not(feature = "cupti")))]
+pub(crate) fn source(_settings: &GpuSettings, log: &LogFn) -> Box<dyn ActivitySource> {
+    let config = kinetrace_rocm::RocmConfig {
+        log: Some(log.clone()),
+        ..Default::default()
+    };
+    Box::new(kinetrace_rocm::RocmSource::new(config))
+}
+
+/// The ROCm source, unless no rocprofiler-sdk was found at all.
+#[cfg(all(feature = "cupti", feature = "rocm"))]
+fn rocm_source(log: &LogFn) -> Option<kinetrace_rocm::RocmSource> {
+    use kinetrace_rocm::{RocmConfig, RocmOpenError, RocmSource};
+    let source = RocmSource::new(RocmConfig {
+        log: Some(log.clone()),
+        ..RocmConfig::default()
+    });
+    match source.library_info() {
+        Err(RocmOpenError::NotFound(_)) => None,
+        _ => Some(source),
+    }
+}
+
+#[cfg(feature = "cupti")]
+fn cupti_source(settings: &GpuSettings, log: &LogFn) -> kinetrace_cupti::CuptiSource {
     use kinetrace_cupti::{CuptiConfig, CuptiSource};
     let defaults = CuptiConfig::default();
     let config = CuptiConfig {
@@ -32,11 +77,11 @@ pub(crate) fn source(settings: &GpuSettings, log: &LogFn) -> Box<dyn ActivitySou
         log: Some(log.clone()),
         ..defaults
     };
-    Box::new(CuptiSource::new(config))
+    CuptiSource::new(config)
 }
 
 /// Without a GPU backend compiled in: a source that says so once and records nothing.
-#[cfg(not(feature = "cupti"))]
+#[cfg(not(any(feature = "cupti", feature = "rocm")))]
 pub(crate) fn source(_settings: &GpuSettings, _log: &LogFn) -> Box<dyn ActivitySource> {
     use kinetrace_core::{ActivitySet, SourceError};
     struct Off {
@@ -52,7 +97,8 @@ pub(crate) fn source(_settings: &GpuSettings, _log: &LogFn) -> Box<dyn ActivityS
             }
             Err(SourceError {
                 source: "gpu".into(),
-                message: "this build of kinetrace has no GPU backend (feature `cupti`)".into(),
+                message: "this build of kinetrace has no GPU backend (features `cupti`, `rocm`)"
+                    .into(),
             })
         }
     }
@@ -60,4 +106,4 @@ pub(crate) fn source(_settings: &GpuSettings, _log: &LogFn) -> Box<dyn ActivityS
 }
 
 /// Whether a GPU backend is compiled in.
-pub(crate) const BUILT_IN: bool = cfg!(feature = "cupti");
+pub(crate) const BUILT_IN: bool = cfg!(any(feature = "cupti", feature = "rocm"));

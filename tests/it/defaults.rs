@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use kinetrace::Profiler;
-use kinetrace_test_support::fake::fake_as;
+use kinetrace_test_support::fake::{fake_as, fake_rocprofiler_sdk_in};
 use kinetrace_test_support::process::{in_child, is_child};
 use kinetrace_test_support::trace::{load_json, traces_in, x_events};
 use kinetrace_test_support::Log;
@@ -121,6 +121,45 @@ fn without_a_gpu_runtime_the_profiler_records_cpu_activity_and_says_why_once() {
             assert!(lines[0].starts_with("cupti: "), "{lines:?}");
             let status = t["cupti_status"].as_str().unwrap_or_default();
             assert!(status.starts_with("off: "), "{status}");
+        },
+    );
+}
+
+#[test]
+fn without_cuda_the_gpu_is_recorded_through_rocprofiler_sdk() {
+    // The parent links the fake SDK; the child (no CUDA driver, no libcupti) is pointed at it.
+    let tmp = tempfile::tempdir().unwrap();
+    let sdk = if is_child("defaults::without_cuda_the_gpu_is_recorded_through_rocprofiler_sdk") {
+        String::new()
+    } else {
+        fake_rocprofiler_sdk_in(tmp.path()).display().to_string()
+    };
+    in_gpu_child(
+        "defaults::without_cuda_the_gpu_is_recorded_through_rocprofiler_sdk",
+        false,
+        &[("KINETRACE_ROCPROFILER_SDK_PATH", sdk.as_str())],
+        |dir| {
+            let log = Log::default();
+            let p = Profiler::builder()
+                .output_dir(dir)
+                .log(log.sink())
+                .start()
+                .unwrap();
+            {
+                let _s = kinetrace::record_function("work");
+            }
+            assert_eq!(p.stop().len(), 1);
+            let t = load_json(&traces_in(dir)[0]);
+            assert_eq!(
+                t["rocprofiler_sdk_version"],
+                "1.1.0",
+                "log {:?}",
+                log.lines()
+            );
+            assert!(t.get("cupti_status").is_none(), "CUPTI was not the source");
+            let devices = t["deviceProperties"].as_array().expect("the SDK's agents");
+            assert_eq!(devices.len(), 2);
+            assert!(log.lines().is_empty(), "{:?}", log.lines());
         },
     );
 }

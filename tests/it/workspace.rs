@@ -28,7 +28,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     (
         "kinetrace",
-        &["kinetrace-core", "kinetrace-export", "kinetrace-cupti"],
+        &[
+            "kinetrace-core",
+            "kinetrace-export",
+            "kinetrace-cupti",
+            "kinetrace-rocm",
+        ],
     ),
     (
         "kinetrace-agent",
@@ -68,7 +73,11 @@ const DEV_ALLOWED: &[(&str, &[&str])] = &[
     ("kinetrace-cli", &["kinetrace-test-support"]),
     (
         "kinetrace",
-        &["kinetrace-test-support", "kinetrace-fake-cupti"],
+        &[
+            "kinetrace-test-support",
+            "kinetrace-fake-cupti",
+            "kinetrace-fake-rocprofiler-sdk",
+        ],
     ),
     ("kinetrace-agent", &["kinetrace-test-support"]),
     ("kinetrace-cupti-sys", &["kinetrace-fake-cupti"]),

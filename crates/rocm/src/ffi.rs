@@ -86,6 +86,18 @@ pub(crate) fn timestamp(sdk: &RocprofilerSdk) -> Result<u64, SdkError> {
     check(sdk, "rocprofiler_get_timestamp", s).map(|()| t)
 }
 
+/// `rocprofiler_get_timestamp` for the callbacks: 0 on failure, nothing allocated.
+fn now(sdk: &RocprofilerSdk) -> u64 {
+    let mut t = 0;
+    // SAFETY: a valid out-pointer.
+    let s = unsafe { (sdk.rocprofiler_get_timestamp)(&mut t) };
+    if s == sys::STATUS_SUCCESS {
+        t
+    } else {
+        0
+    }
+}
+
 /// `rocprofiler_is_initialized`: `None` when the library lacks it.
 pub(crate) fn is_initialized(sdk: &RocprofilerSdk) -> Option<i32> {
     let f = sdk.rocprofiler_is_initialized?;
@@ -729,7 +741,7 @@ fn api_phase(
     if kind as i32 != tool.kinds.hip_runtime_api || user.is_null() {
         return;
     }
-    let now = timestamp(tool.sdk).unwrap_or(0);
+    let now = now(tool.sdk);
     if phase == sys::PHASE_ENTER {
         // SAFETY: the SDK's per-call user data, valid from ENTER to EXIT of this call.
         unsafe { (*user).value = now };

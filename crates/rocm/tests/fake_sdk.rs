@@ -12,27 +12,15 @@ use kinetrace_core::session::{Session, SessionConfig, Trigger};
 use kinetrace_export::TraceDir;
 use kinetrace_rocm::sys::Abi;
 use kinetrace_rocm::{RocmConfig, RocmSource};
-use kinetrace_test_support::fake::profile_dir;
+use kinetrace_test_support::fake::fake_rocprofiler_sdk_in;
 use kinetrace_test_support::process::{in_child, wait_until};
 use kinetrace_test_support::trace::{events, load_only_trace, x};
 use kinetrace_test_support::{annotation, trace_session, Log};
 use serde_json::Value;
 
-const FAKE_FILE: &str = "libkinetrace_fake_rocprofiler_sdk.so";
-
 /// The fake, linked under the real SONAME in `dir`.
 fn fake_lib(dir: &Path) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let built = [
-        exe.parent().unwrap().join(FAKE_FILE),
-        profile_dir().join("deps").join(FAKE_FILE),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
-    .unwrap_or_else(|| panic!("{FAKE_FILE} not built next to {}", exe.display()));
-    let p = dir.join("librocprofiler-sdk.so.1");
-    std::os::unix::fs::symlink(built, &p).unwrap();
-    p
+    fake_rocprofiler_sdk_in(dir)
 }
 
 #[repr(C)]

@@ -1,6 +1,7 @@
-//! Where the fake libcupti (`tests/fakes/cupti`, package `kinetrace-fake-cupti`) was built. A test
-//! crate that uses it takes `kinetrace-fake-cupti` as a dev-dependency, so cargo builds it into the
-//! same profile directory as the test binary.
+//! Where the fake libcupti (`tests/fakes/cupti`, package `kinetrace-fake-cupti`) and the fake
+//! librocprofiler-sdk (`tests/fakes/rocprofiler-sdk`) were built. A test crate that uses one takes
+//! its package as a dev-dependency, so cargo builds it into the same profile directory as the test
+//! binary.
 
 use std::path::{Path, PathBuf};
 
@@ -29,6 +30,35 @@ pub fn fake_cupti() -> PathBuf {
         "{FAKE_CUPTI_FILE} not found next to {}; take kinetrace-fake-cupti as a dev-dependency",
         exe.display()
     );
+}
+
+/// The fake librocprofiler-sdk's file name (`tests/fakes/rocprofiler-sdk`).
+pub const FAKE_ROCPROFILER_SDK_FILE: &str = "libkinetrace_fake_rocprofiler_sdk.so";
+
+/// The fake librocprofiler-sdk (a test crate takes `kinetrace-fake-rocprofiler-sdk` as a
+/// dev-dependency).
+pub fn fake_rocprofiler_sdk() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let here = exe.parent().unwrap();
+    for p in [
+        here.join(FAKE_ROCPROFILER_SDK_FILE),
+        profile_dir().join("deps").join(FAKE_ROCPROFILER_SDK_FILE),
+    ] {
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!(
+        "{FAKE_ROCPROFILER_SDK_FILE} not found next to {}; take kinetrace-fake-rocprofiler-sdk as a dev-dependency",
+        exe.display()
+    );
+}
+
+/// Links the fake librocprofiler-sdk under its 1.x SONAME in `dir`.
+pub fn fake_rocprofiler_sdk_in(dir: &Path) -> PathBuf {
+    let p = dir.join("librocprofiler-sdk.so.1");
+    std::os::unix::fs::symlink(fake_rocprofiler_sdk(), &p).unwrap();
+    p
 }
 
 /// Links the fake under `file_name` in `dir` (a CUPTI or driver file name the loader searches for).
