@@ -135,7 +135,7 @@ fn workload(fake: &Fake) -> Vec<u64> {
     inside
 }
 
-fn scenario(version: &str) {
+fn scenario(version: &str) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let lib = fake_lib(dir.path());
     let fake = Fake::open(&lib);
@@ -289,6 +289,7 @@ fn scenario(version: &str) {
         );
     }
     assert_eq!(trace["rocprofiler_sdk_version"], version);
+    trace
 }
 
 #[test]
@@ -296,7 +297,9 @@ fn abi_1x_kernels_copies_and_calls_with_names_and_links() {
     in_child(
         "abi_1x_kernels_copies_and_calls_with_names_and_links",
         &[],
-        || scenario("1.1.0"),
+        || {
+            scenario("1.1.0");
+        },
     );
 }
 
@@ -305,14 +308,16 @@ fn abi_1_0_agents_with_the_smaller_struct() {
     in_child(
         "abi_1_0_agents_with_the_smaller_struct",
         &[("FAKE_ROCP_VERSION", "1.0.2")],
-        || scenario("1.0.2"),
+        || {
+            scenario("1.0.2");
+        },
     );
 }
 
 #[test]
 fn abi_0x_layouts() {
     in_child("abi_0x_layouts", &[("FAKE_ROCP_VERSION", "0.6.0")], || {
-        scenario("0.6.0")
+        scenario("0.6.0");
     });
 }
 
@@ -321,7 +326,9 @@ fn kinds_and_operations_are_resolved_by_name() {
     in_child(
         "kinds_and_operations_are_resolved_by_name",
         &[("FAKE_ROCP_RENUMBER", "1")],
-        || scenario("1.1.0"),
+        || {
+            scenario("1.1.0");
+        },
     );
 }
 
@@ -646,5 +653,179 @@ fn dropping_the_source_stops_its_context() {
         let again = RocmSource::new(config(&lib));
         assert!(again.is_live(), "{:?}", again.library_info().err());
         assert_eq!(fake.stats().configure_calls, 1);
+    });
+}
+
+/// Kineto's ROCm 6.2 trace (`<repo>/../shared/traces/amd_trace`), or `None` (after a skip line)
+/// when it is absent and `KINETRACE_ALLOW_MISSING_TRACES=1`; panics when it is absent otherwise.
+fn kineto_rocm_trace() -> Option<Value> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/amd_trace");
+    let file = dir.join("mi250_minitoy_train_ROCm6_2_kineto.json.gz");
+    if file.is_file() {
+        return Some(kinetrace_test_support::trace::load_json(&file));
+    }
+    if std::env::var("KINETRACE_ALLOW_MISSING_TRACES").as_deref() == Ok("1") {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: {} is absent and KINETRACE_ALLOW_MISSING_TRACES=1",
+            file.display()
+        );
+        return None;
+    }
+    panic!(
+        "the reference trace is missing: expected {} (<repo>/../shared/traces). Set KINETRACE_ALLOW_MISSING_TRACES=1 to skip the tests that need it.",
+        file.display()
+    );
+}
+
+/// The `args` keys events of category `cat` carry, over the whole trace.
+fn arg_keys(trace: &Value, cat: &str) -> std::collections::BTreeSet<String> {
+    x(trace, cat)
+        .iter()
+        .filter_map(|e| e["args"].as_object())
+        .flat_map(|o| o.keys().cloned())
+        .collect()
+}
+
+fn set(keys: &[&str]) -> std::collections::BTreeSet<String> {
+    keys.iter().map(|k| k.to_string()).collect()
+}
+
+/// The conventions both traces follow: GPU events sit on (pid = device, tid = stream); every
+/// launching call has an `ac2g` start on its own row at its own time, with its correlation id as
+/// the flow id, finished (`bp: e`) on each GPU event it launched; a call that launches nothing gets
+/// a flow end on its own row.
+fn check_conventions(trace: &Value, who: &str) {
+    let runtime = x(trace, "cuda_runtime");
+    let gpu: Vec<&Value> = x(trace, "kernel")
+        .into_iter()
+        .chain(x(trace, "gpu_memcpy"))
+        .collect();
+    assert!(!runtime.is_empty() && !gpu.is_empty(), "{who}");
+    let flows: Vec<&Value> = events(trace)
+        .iter()
+        .filter(|e| e["cat"] == "ac2g")
+        .collect();
+    for g in &gpu {
+        assert_eq!(g["pid"], args(g)["device"], "{who}: {g}");
+        assert_eq!(g["tid"], args(g)["stream"], "{who}: {g}");
+        let corr = args(g)["correlation"].as_u64().unwrap();
+        let call = runtime
+            .iter()
+            .find(|r| args(r)["correlation"].as_u64() == Some(corr))
+            .unwrap_or_else(|| panic!("{who}: no call for {g}"));
+        let start = flows
+            .iter()
+            .find(|f| f["ph"] == "s" && f["id"].as_u64() == Some(corr))
+            .unwrap_or_else(|| panic!("{who}: no flow start for {g}"));
+        assert_eq!(
+            (&start["pid"], &start["tid"], &start["ts"]),
+            (&call["pid"], &call["tid"], &call["ts"]),
+            "{who}"
+        );
+        let end = flows
+            .iter()
+            .find(|f| f["ph"] == "f" && f["id"].as_u64() == Some(corr) && f["pid"] == g["pid"])
+            .unwrap_or_else(|| panic!("{who}: no flow end for {g}"));
+        assert_eq!(
+            (&end["bp"], &end["tid"], &end["ts"]),
+            (&"e".into(), &g["tid"], &g["ts"]),
+            "{who}"
+        );
+    }
+    for r in &runtime {
+        let corr = args(r)["correlation"].as_u64().unwrap();
+        let launched = gpu
+            .iter()
+            .any(|g| args(g)["correlation"].as_u64() == Some(corr));
+        let own_end = flows.iter().any(|f| {
+            f["ph"] == "f"
+                && f["id"].as_u64() == Some(corr)
+                && f["pid"] == r["pid"]
+                && f["tid"] == r["tid"]
+        });
+        assert_eq!(own_end, !launched, "{who}: {r}");
+    }
+}
+
+/// The differences from Kineto's ROCm trace that `docs/rocm-support.md` lists, checked here so
+/// the list stays true.
+#[test]
+fn trace_shape_matches_kinetos_rocm_trace() {
+    in_child("trace_shape_matches_kinetos_rocm_trace", &[], || {
+        let Some(kineto) = kineto_rocm_trace() else {
+            return;
+        };
+        let ours = scenario("1.1.0");
+        check_conventions(&kineto, "Kineto");
+        check_conventions(&ours, "kinetrace");
+        let diff = |cat: &str| {
+            let (o, k) = (arg_keys(&ours, cat), arg_keys(&kineto, cat));
+            (
+                o.difference(&k)
+                    .cloned()
+                    .collect::<std::collections::BTreeSet<_>>(),
+                k.difference(&o)
+                    .cloned()
+                    .collect::<std::collections::BTreeSet<_>>(),
+            )
+        };
+        // (only in ours, only in Kineto's)
+        assert_eq!(
+            diff("cuda_runtime"),
+            (
+                set(&["cbid"]),
+                set(&[
+                    "block",
+                    "cid",
+                    "dst",
+                    "grid",
+                    "kernel",
+                    "kind",
+                    "shared memory",
+                    "size",
+                    "src",
+                    "stream"
+                ])
+            )
+        );
+        assert_eq!(
+            diff("kernel"),
+            (set(&["block", "grid", "shared memory"]), set(&["kind"]))
+        );
+        assert_eq!(
+            diff("gpu_memcpy"),
+            (set(&["bytes", "memory bandwidth (GB/s)"]), set(&["kind"]))
+        );
+        // Kineto's copy names say Host, ours the memory kind.
+        assert!(x(&kineto, "gpu_memcpy")
+            .iter()
+            .all(|e| e["name"] == "Memcpy HtoD (Host -> Device)"));
+        assert!(x(&ours, "gpu_memcpy")
+            .iter()
+            .all(|e| e["name"] == "Memcpy HtoD (Pageable -> Device)"));
+        // Every top-level key Kineto writes but `record_shapes` (a PyTorch setting).
+        for k in kineto.as_object().unwrap().keys() {
+            assert!(
+                k == "record_shapes" || ours.get(k).is_some(),
+                "kinetrace lacks the top-level key {k}"
+            );
+        }
+        for key in [
+            "id",
+            "name",
+            "totalGlobalMem",
+            "computeMajor",
+            "computeMinor",
+            "warpSize",
+            "numSms",
+        ] {
+            assert!(
+                ours["deviceProperties"][0].get(key).is_some()
+                    && kineto["deviceProperties"][0].get(key).is_some(),
+                "{key}"
+            );
+        }
     });
 }
