@@ -691,35 +691,15 @@ fn copy_record(tool: &Tool, h: &RecordHeader) -> Option<Raw> {
         // SAFETY: a kernel-dispatch record of at least its size (checked), 8-aligned as the SDK
         // allocates it.
         let r = unsafe { &*(h.payload as *const KernelDispatchRecord) };
-        let d = &r.dispatch_info;
-        Some(Raw::Kernel {
-            correlation: r.correlation_id.internal,
-            start: r.start_timestamp,
-            end: r.end_timestamp,
-            agent: d.agent_id.handle,
-            queue: d.queue_id.handle,
-            kernel_id: d.kernel_id,
-            workgroup: [d.workgroup_size.x, d.workgroup_size.y, d.workgroup_size.z],
-            grid: [d.grid_size.x, d.grid_size.y, d.grid_size.z],
-            group_segment: d.group_segment_size,
-        })
+        Some(Raw::of_dispatch(r))
     } else if kind == tool.kinds.memory_copy {
-        // The 0.x record is the prefix of the 1.x one (its correlation id is the 16-byte async
-        // one in both), so it reads both ABIs.
+        // Read as the 0.x record, the prefix of the 1.x one (`Raw::of_copy`).
         if size < std::mem::size_of::<v0::MemoryCopyRecord>() {
             return None;
         }
         // SAFETY: a memory-copy record of at least the 0.x size (checked).
         let r = unsafe { &*(h.payload as *const v0::MemoryCopyRecord) };
-        Some(Raw::Copy {
-            correlation: r.correlation_id.internal,
-            operation: r.operation,
-            start: r.start_timestamp,
-            end: r.end_timestamp,
-            src_agent: r.src_agent_id.handle,
-            dst_agent: r.dst_agent_id.handle,
-            bytes: r.bytes,
-        })
+        Some(Raw::of_copy(r))
     } else {
         None
     }

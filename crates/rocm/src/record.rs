@@ -2,6 +2,8 @@
 //! collector needs of each SDK record, as a fixed number of words (the SDK's own record memory is
 //! only valid during the callback).
 
+use kinetrace_rocprofiler_sdk_sys::{v0, KernelDispatchRecord};
+
 use crate::queue::{Words, WORDS};
 
 /// One record copied out of a callback.
@@ -75,6 +77,36 @@ fn split(w: u64) -> (u32, u32) {
 }
 
 impl Raw {
+    /// What kinetrace keeps of a kernel-dispatch record (the same layout in both ABIs).
+    pub fn of_dispatch(r: &KernelDispatchRecord) -> Raw {
+        let d = &r.dispatch_info;
+        Raw::Kernel {
+            correlation: r.correlation_id.internal,
+            start: r.start_timestamp,
+            end: r.end_timestamp,
+            agent: d.agent_id.handle,
+            queue: d.queue_id.handle,
+            kernel_id: d.kernel_id,
+            workgroup: [d.workgroup_size.x, d.workgroup_size.y, d.workgroup_size.z],
+            grid: [d.grid_size.x, d.grid_size.y, d.grid_size.z],
+            group_segment: d.group_segment_size,
+        }
+    }
+
+    /// What kinetrace keeps of a memory-copy record: the 0.x record is the prefix of the 1.x one
+    /// (its correlation id is the 16-byte async one in both), so this reads both ABIs.
+    pub fn of_copy(r: &v0::MemoryCopyRecord) -> Raw {
+        Raw::Copy {
+            correlation: r.correlation_id.internal,
+            operation: r.operation,
+            start: r.start_timestamp,
+            end: r.end_timestamp,
+            src_agent: r.src_agent_id.handle,
+            dst_agent: r.dst_agent_id.handle,
+            bytes: r.bytes,
+        }
+    }
+
     /// The words of this record.
     pub fn to_words(&self) -> Words {
         let mut w = [0u64; WORDS];
