@@ -46,6 +46,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     ("kinetrace-fake-cupti", &["kinetrace-cupti-sys"]),
     ("kinetrace-rocprofiler-sdk-sys", &[]),
+    ("kinetrace-roctracer-sys", &[]),
     (
         "kinetrace-rocm",
         &["kinetrace-core", "kinetrace-rocprofiler-sdk-sys"],
@@ -87,6 +88,7 @@ const DEV_ALLOWED: &[(&str, &[&str])] = &[
     ),
     ("kinetrace-fake-cupti", &[]),
     ("kinetrace-rocprofiler-sdk-sys", &[]),
+    ("kinetrace-roctracer-sys", &[]),
     (
         "kinetrace-rocm",
         &[

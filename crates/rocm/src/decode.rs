@@ -9,6 +9,7 @@
 //! in, so tests drive it without an SDK.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use kinetrace_core::activity::{Activity, ApiCall, Detail, Kernel, Memcpy, MemcpyKind, MemoryKind};
 use kinetrace_core::{intern, NameId, UnixNanos};
@@ -61,6 +62,30 @@ pub fn copy_direction(name: &str) -> MemcpyKind {
     }
 }
 
+/// FxHash (rustc's): one multiply per word. The maps below are keyed by SDK handles and ids, not by
+/// untrusted input, so SipHash's flood resistance buys nothing on the decode path.
+#[derive(Default)]
+struct Fx(u64);
+
+impl Hasher for Fx {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+}
+
+type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
+
 #[derive(Clone, Copy, Debug)]
 struct ApiName {
     name: NameId,
@@ -75,11 +100,14 @@ pub struct Decoder {
     pid: u32,
     /// Unix ns = SDK ns (CLOCK_BOOTTIME) + this.
     offset_ns: i64,
-    hip: HashMap<u32, ApiName>,
-    copies: HashMap<u32, MemcpyKind>,
-    devices: HashMap<u64, u32>,
-    streams: HashMap<u64, u32>,
-    kernels: HashMap<u64, NameId>,
+    hip: FxMap<u32, ApiName>,
+    copies: FxMap<u32, MemcpyKind>,
+    devices: FxMap<u64, u32>,
+    streams: FxMap<u64, u32>,
+    kernels: FxMap<u64, NameId>,
+    /// The last (queue, stream) and (kernel id, name) looked up: records come in runs.
+    last_stream: (u64, u32),
+    last_kernel: (u64, NameId),
     unknown_kernel: NameId,
     keep_noise: bool,
 }
@@ -114,9 +142,11 @@ impl Decoder {
                 .iter()
                 .map(|(op, n)| (*op as u32, copy_direction(n)))
                 .collect(),
-            devices: gpus,
-            streams: HashMap::new(),
-            kernels: HashMap::new(),
+            devices: gpus.into_iter().collect(),
+            streams: FxMap::default(),
+            kernels: FxMap::default(),
+            last_stream: (u64::MAX, 0),
+            last_kernel: (u64::MAX, NameId(u32::MAX)),
             unknown_kernel: intern(UNKNOWN_KERNEL),
             keep_noise,
         }
@@ -129,13 +159,22 @@ impl Decoder {
     /// The device index of an agent: its index among GPUs, or (an agent the SDK did not list) the
     /// next free one.
     fn device(&mut self, agent: u64) -> u32 {
+        if let Some(d) = self.devices.get(&agent) {
+            return *d;
+        }
         let next = self.devices.values().max().map_or(0, |m| m + 1);
-        *self.devices.entry(agent).or_insert(next)
+        self.devices.insert(agent, next);
+        next
     }
 
     fn stream(&mut self, queue: u64) -> u32 {
+        if self.last_stream.0 == queue {
+            return self.last_stream.1;
+        }
         let next = self.streams.len() as u32;
-        *self.streams.entry(queue).or_insert(next)
+        let s = *self.streams.entry(queue).or_insert(next);
+        self.last_stream = (queue, s);
+        s
     }
 
     /// Maps one record. `kernel_name` looks a kernel id up in the code-object map; `external` gives
@@ -196,16 +235,25 @@ impl Decoder {
                 grid,
                 group_segment,
             } => {
-                let name = match self.kernels.get(&kernel_id) {
-                    Some(n) => *n,
-                    None => match kernel_name(kernel_id) {
-                        Some(s) => {
-                            let n = intern(&s);
-                            self.kernels.insert(kernel_id, n);
-                            n
-                        }
-                        None => self.unknown_kernel,
-                    },
+                let name = if self.last_kernel.0 == kernel_id {
+                    self.last_kernel.1
+                } else {
+                    let n = match self.kernels.get(&kernel_id) {
+                        Some(n) => *n,
+                        // A name registered later is looked up again next time.
+                        None => match kernel_name(kernel_id) {
+                            Some(s) => {
+                                let n = intern(&s);
+                                self.kernels.insert(kernel_id, n);
+                                n
+                            }
+                            None => self.unknown_kernel,
+                        },
+                    };
+                    if n != self.unknown_kernel {
+                        self.last_kernel = (kernel_id, n);
+                    }
+                    n
                 };
                 // AQL grid sizes are in work-items; Kineto's grid is in work-groups.
                 let blocks = |g: u32, w: u32| if w == 0 { g } else { g.div_ceil(w) };

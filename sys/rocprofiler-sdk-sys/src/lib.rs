@@ -412,6 +412,26 @@ mod tests {
     }
 
     #[test]
+    fn a_library_without_the_symbols_is_refused_by_name() {
+        // SAFETY: libm's initialisers are harmless; it lacks every SDK symbol.
+        match unsafe { RocprofilerSdk::load(std::path::Path::new("libm.so.6")) } {
+            Err(e) => assert!(
+                e.to_string()
+                    .contains("lacks the required symbol rocprofiler_get_version"),
+                "{e}"
+            ),
+            Ok(_) => panic!("libm is not rocprofiler-sdk"),
+        }
+        // SAFETY: nothing is opened.
+        match unsafe { RocprofilerSdk::load(std::path::Path::new("/nonexistent/lib.so")) } {
+            Err(LoadError::Open { path, .. }) => {
+                assert_eq!(path, std::path::Path::new("/nonexistent/lib.so"))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn per_abi_sizes_match_the_research_table() {
         assert_eq!(size_of::<v0::CallbackRecord>(), 56);
         assert_eq!(size_of::<v1::CallbackRecord>(), 64);
