@@ -11,7 +11,9 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use kinetrace_core::activity::{Activity, ApiCall, Detail, Kernel, Memcpy, MemcpyKind, MemoryKind};
+use kinetrace_core::activity::{
+    Activity, ApiCall, Detail, Kernel, Memcpy, MemcpyKind, Memory, MemoryKind, MemoryOp,
+};
 use kinetrace_core::{intern, NameId, UnixNanos};
 
 use crate::record::Raw;
@@ -102,6 +104,8 @@ pub struct Decoder {
     offset_ns: i64,
     hip: FxMap<u32, ApiName>,
     copies: FxMap<u32, MemcpyKind>,
+    /// Memory-allocation operations that free.
+    frees: FxMap<u32, bool>,
     devices: FxMap<u64, u32>,
     streams: FxMap<u64, u32>,
     kernels: FxMap<u64, NameId>,
@@ -142,6 +146,7 @@ impl Decoder {
                 .iter()
                 .map(|(op, n)| (*op as u32, copy_direction(n)))
                 .collect(),
+            frees: FxMap::default(),
             devices: gpus.into_iter().collect(),
             streams: FxMap::default(),
             kernels: FxMap::default(),
@@ -150,6 +155,16 @@ impl Decoder {
             unknown_kernel: intern(UNKNOWN_KERNEL),
             keep_noise,
         }
+    }
+
+    /// The memory-allocation operations (number → SDK name): `…FREE` ones free, the others
+    /// allocate.
+    pub fn with_allocations(mut self, ops: &[(i32, String)]) -> Decoder {
+        self.frees = ops
+            .iter()
+            .map(|(op, n)| (*op as u32, n.ends_with("FREE")))
+            .collect();
+        self
     }
 
     fn time(&self, sdk_ns: u64) -> UnixNanos {
@@ -324,6 +339,37 @@ impl Decoder {
                         context: None,
                         stream: 0,
                         peer: None,
+                    }),
+                }
+            }
+            Raw::Memory {
+                correlation,
+                operation,
+                tid,
+                start,
+                agent,
+                address,
+                bytes,
+            } => {
+                let free = self.frees.get(&operation).copied().unwrap_or(false);
+                Activity {
+                    start: self.time(start),
+                    end: self.time(start),
+                    correlation: Some(correlation),
+                    external_id: external(correlation),
+                    detail: Detail::Memory(Memory {
+                        op: if free {
+                            MemoryOp::Free
+                        } else {
+                            MemoryOp::Alloc
+                        },
+                        device: Some(self.device(agent)),
+                        address,
+                        bytes,
+                        total_allocated: None,
+                        total_reserved: None,
+                        pid: self.pid,
+                        tid,
                     }),
                 }
             }

@@ -82,5 +82,9 @@ mod tests {
         assert_eq!(t.get(5 + CAPACITY as u64), Some(43));
         t.set(6, 0);
         assert_eq!(t.get(6), None);
+        // A reused id without a span forgets the old call's.
+        t.set(7, 42);
+        t.set(7, 0);
+        assert_eq!(t.get(7), None);
     }
 }

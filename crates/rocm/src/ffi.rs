@@ -393,6 +393,8 @@ pub struct Kinds {
     pub code_object: i32,
     /// Its `CODE_OBJECT_DEVICE_KERNEL_SYMBOL_REGISTER` operation.
     pub kernel_symbol_register: i32,
+    /// Buffer-tracing `MEMORY_ALLOCATION` (SDK 1.x only: the 0.x record is unverified).
+    pub memory_allocation: Option<i32>,
 }
 
 /// How the tool sets itself up in `initialize`.
@@ -412,6 +414,8 @@ pub(crate) struct Setup {
     pub utility: Option<ContextId>,
     pub buffer: Option<BufferId>,
     pub error: Option<SdkError>,
+    /// Why memory-allocation tracing could not be configured.
+    pub allocations_off: Option<SdkError>,
 }
 
 /// The process-wide tool: what the SDK's callbacks reach.
@@ -602,6 +606,25 @@ fn set_up(tool: &Tool) -> Result<(ContextId, ContextId, BufferId), SdkError> {
         };
         check(sdk, "rocprofiler_configure_buffer_tracing_service", s)?;
     }
+    if let Some(kind) = tool.kinds.memory_allocation {
+        // SAFETY: ids by value; null/0 operations means all.
+        let s = unsafe {
+            (sdk.rocprofiler_configure_buffer_tracing_service)(
+                main,
+                kind,
+                std::ptr::null(),
+                0,
+                buffer,
+            )
+        };
+        // Allocations are extra: without them the rest still records (the source says why).
+        if let Err(e) = check(sdk, "rocprofiler_configure_buffer_tracing_service", s) {
+            tool.setup
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .allocations_off = Some(e);
+        }
+    }
     let ops = &tool.plan.hip_operations;
     // SAFETY: `api_cb` is this ABI's callback-tracing trampoline; `ops` outlives the call.
     let s = unsafe {
@@ -700,6 +723,14 @@ fn copy_record(tool: &Tool, h: &RecordHeader) -> Option<Raw> {
         // SAFETY: a memory-copy record of at least the 0.x size (checked).
         let r = unsafe { &*(h.payload as *const v0::MemoryCopyRecord) };
         Some(Raw::of_copy(r))
+    } else if Some(kind) == tool.kinds.memory_allocation {
+        if size < std::mem::size_of::<v1::MemoryAllocationRecord>() {
+            return None;
+        }
+        // SAFETY: a 1.x memory-allocation record of at least its size (checked; the kind is only
+        // configured on 1.x).
+        let r = unsafe { &*(h.payload as *const v1::MemoryAllocationRecord) };
+        Some(Raw::of_allocation(r))
     } else {
         None
     }
@@ -725,9 +756,10 @@ fn api_phase(
     if phase == sys::PHASE_ENTER {
         // SAFETY: the SDK's per-call user data, valid from ENTER to EXIT of this call.
         unsafe { (*user).value = now };
-        if let Some(ext) = recorder::current_external_id() {
-            tool.external.set(correlation, ext);
-        }
+        // Written even without a span (0 reads as none): the SDK may reuse a retired id, whose
+        // slot must not keep the old call's span.
+        tool.external
+            .set(correlation, recorder::current_external_id().unwrap_or(0));
     } else if phase == sys::PHASE_EXIT {
         // SAFETY: as above.
         let start = unsafe { (*user).value };

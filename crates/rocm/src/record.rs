@@ -2,7 +2,7 @@
 //! collector needs of each SDK record, as a fixed number of words (the SDK's own record memory is
 //! only valid during the callback).
 
-use kinetrace_rocprofiler_sdk_sys::{v0, KernelDispatchRecord};
+use kinetrace_rocprofiler_sdk_sys::{v0, v1, KernelDispatchRecord};
 
 use crate::queue::{Words, WORDS};
 
@@ -62,11 +62,29 @@ pub enum Raw {
         /// Bytes copied.
         bytes: u64,
     },
+    /// A memory allocation or free (buffer tracing, SDK 1.x).
+    Memory {
+        /// The allocating call's id.
+        correlation: u64,
+        /// The SDK's operation number (allocate / free, resolved by name).
+        operation: u32,
+        /// The allocating thread.
+        tid: u32,
+        /// When (CLOCK_BOOTTIME ns).
+        start: u64,
+        /// The agent whose memory it is.
+        agent: u64,
+        /// The block's address.
+        address: u64,
+        /// The block's size.
+        bytes: u64,
+    },
 }
 
 const API: u64 = 1;
 const KERNEL: u64 = 2;
 const COPY: u64 = 3;
+const MEMORY: u64 = 4;
 
 fn pair(a: u32, b: u32) -> u64 {
     u64::from(a) | (u64::from(b) << 32)
@@ -104,6 +122,19 @@ impl Raw {
             src_agent: r.src_agent_id.handle,
             dst_agent: r.dst_agent_id.handle,
             bytes: r.bytes,
+        }
+    }
+
+    /// What kinetrace keeps of a 1.x memory-allocation record.
+    pub fn of_allocation(r: &v1::MemoryAllocationRecord) -> Raw {
+        Raw::Memory {
+            correlation: r.correlation_id.internal,
+            operation: r.operation,
+            tid: r.thread_id as u32,
+            start: r.start_timestamp,
+            agent: r.agent_id.handle,
+            address: r.address,
+            bytes: r.allocation_size,
         }
     }
 
@@ -174,6 +205,25 @@ impl Raw {
                     bytes,
                 ]);
             }
+            Raw::Memory {
+                correlation,
+                operation,
+                tid,
+                start,
+                agent,
+                address,
+                bytes,
+            } => {
+                w[..7].copy_from_slice(&[
+                    MEMORY,
+                    correlation,
+                    pair(operation, tid),
+                    start,
+                    agent,
+                    address,
+                    bytes,
+                ]);
+            }
         }
         w
     }
@@ -217,6 +267,18 @@ impl Raw {
                 dst_agent: w[6],
                 bytes: w[7],
             },
+            MEMORY => {
+                let (operation, tid) = split(w[2]);
+                Raw::Memory {
+                    correlation: w[1],
+                    operation,
+                    tid,
+                    start: w[3],
+                    agent: w[4],
+                    address: w[5],
+                    bytes: w[6],
+                }
+            }
             _ => return None,
         })
     }
@@ -256,6 +318,15 @@ mod tests {
                 src_agent: 0x100,
                 dst_agent: 0x200,
                 bytes: u64::MAX,
+            },
+            Raw::Memory {
+                correlation: 9,
+                operation: 3,
+                tid: 77,
+                start: 5,
+                agent: 0x300,
+                address: 0x7f00_0000_1000,
+                bytes: 1 << 30,
             },
         ];
         for r in rs {

@@ -218,6 +218,8 @@ struct Live {
     main: kinetrace_rocprofiler_sdk_sys::ContextId,
     buffer: kinetrace_rocprofiler_sdk_sys::BufferId,
     active: bool,
+    /// Why memory-allocation tracing is off, when configuring it failed.
+    allocations_off: Option<SdkError>,
     /// Records the queue refused or the SDK dropped, at creation (the tool is process-wide).
     dropped_before: u64,
 }
@@ -332,12 +334,21 @@ impl RocmSource {
         let hip_ops =
             ffi::operations(&found.sdk, Tracing::Callback, hip_runtime_api).map_err(call)?;
         let copy_ops = ffi::operations(&found.sdk, Tracing::Buffer, memory_copy).map_err(call)?;
+        let memory_allocation = match abi {
+            Abi::V1 => find(&buffer_kinds, "MEMORY_ALLOCATION"),
+            Abi::V0 => None,
+        };
+        let allocation_ops = match memory_allocation {
+            Some(k) => ffi::operations(&found.sdk, Tracing::Buffer, k).map_err(call)?,
+            None => Vec::new(),
+        };
         let kinds = Kinds {
             kernel_dispatch,
             memory_copy,
             hip_runtime_api,
             code_object,
             kernel_symbol_register,
+            memory_allocation,
         };
         let hip_operations = if config.keep_noise {
             Vec::new()
@@ -382,7 +393,7 @@ impl RocmSource {
             Registration::NoForceConfigure => return Err(RocmOpenError::NoForceConfigure { path }),
             Registration::Failed(error) => return Err(RocmOpenError::Call { path, error }),
         }
-        let (main, buffer) = {
+        let (main, buffer, allocations_off) = {
             let setup = tool.setup.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(error) = &setup.error {
                 return Err(RocmOpenError::Initialize {
@@ -391,7 +402,7 @@ impl RocmSource {
                 });
             }
             match (setup.main, setup.buffer) {
-                (Some(m), Some(b)) => (m, b),
+                (Some(m), Some(b)) => (m, b, setup.allocations_off.clone()),
                 _ => {
                     return Err(RocmOpenError::Initialize {
                         path,
@@ -418,7 +429,8 @@ impl RocmSource {
             .map(device_properties)
             .collect();
         let offset = clock_offset(tool).map_err(call)?;
-        let decoder = Decoder::new(&hip_ops, &copy_ops, gpus, offset, config.keep_noise);
+        let decoder = Decoder::new(&hip_ops, &copy_ops, gpus, offset, config.keep_noise)
+            .with_allocations(&allocation_ops);
         Ok(Live {
             tool,
             info,
@@ -427,6 +439,7 @@ impl RocmSource {
             main,
             buffer,
             active: false,
+            allocations_off,
             dropped_before: tool.queue.refused()
                 + tool.sdk_dropped.load(std::sync::atomic::Ordering::Relaxed),
         })
@@ -531,6 +544,15 @@ impl ActivitySource for RocmSource {
                     (
                         "rocprofiler_sdk_library".into(),
                         l.info.path.display().to_string(),
+                    ),
+                    ("rocprofiler_sdk_found".into(), l.info.origin.to_string()),
+                    (
+                        "rocprofiler_sdk_memory_allocation".into(),
+                        match (&l.allocations_off, l.info.kinds.memory_allocation) {
+                            (Some(e), _) => format!("off: {e}"),
+                            (None, Some(_)) => "on".into(),
+                            (None, None) => "off: not read on this SDK version".into(),
+                        },
                     ),
                 ]
             }

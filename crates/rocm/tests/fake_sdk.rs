@@ -82,6 +82,15 @@ impl Fake {
         // SAFETY: plain values.
         unsafe { f(bytes, direction, gpu, 3_000) }
     }
+    fn memory(&self, free: bool, address: u64, bytes: u64, gpu: u32) -> u64 {
+        let f = sym!(
+            self,
+            b"fake_rocp_memory\0",
+            unsafe extern "C" fn(u32, u64, u64, u32) -> u64
+        );
+        // SAFETY: plain values.
+        unsafe { f(u32::from(free), address, bytes, gpu) }
+    }
     fn api(&self, name: &str) -> u64 {
         let c = CString::new(name).unwrap();
         let f = sym!(
@@ -127,6 +136,8 @@ fn workload(fake: &Fake) -> Vec<u64> {
             fake.kernel(1, 0, 0xb000),
         ];
         fake.memcpy(1 << 20, 2, 1);
+        fake.memory(false, 0x7f00_0000_1000, 4096, 1);
+        fake.memory(true, 0x7f00_0000_1000, 4096, 1);
         fake.api("hipGetDevice");
         ids
     };
@@ -202,7 +213,8 @@ fn scenario(version: &str) -> Value {
             "<unknown kernel>"
         ]
     );
-    // 4 launches, 1 copy, 1 sync; hipGetDevice is noise Kineto leaves out.
+    // 4 launches, 1 copy, an allocation and its free, 1 sync; hipGetDevice is noise Kineto leaves
+    // out.
     let calls: Vec<&str> = runtime
         .iter()
         .map(|k| k["name"].as_str().unwrap())
@@ -214,6 +226,8 @@ fn scenario(version: &str) -> Value {
             "hipLaunchKernel",
             "hipLaunchKernel",
             "hipMemcpyAsync",
+            "hipMalloc",
+            "hipFree",
             "hipLaunchKernel",
             "hipDeviceSynchronize"
         ]
@@ -288,7 +302,31 @@ fn scenario(version: &str) -> Value {
             "kernel at {ks}, call {cs}..{ce}"
         );
     }
+    // Allocations (1.x): `[memory]` instants on the allocating thread, linked to the span.
+    let memory: Vec<&Value> = events(&trace)
+        .iter()
+        .filter(|e| e["name"] == "[memory]")
+        .collect();
+    match abi {
+        Abi::V1 => {
+            assert_eq!(memory.len(), 2, "{memory:?}");
+            assert_eq!(args(memory[0])["Bytes"], 4096);
+            assert_eq!(args(memory[1])["Bytes"], -4096);
+            assert_eq!(args(memory[0])["Addr"], 0x7f00_0000_1000u64);
+            assert_eq!(args(memory[0])["Device Id"], 1);
+            assert_eq!(memory[0]["tid"], runtime[0]["tid"]);
+            assert_eq!(trace["rocprofiler_sdk_memory_allocation"], "on");
+        }
+        Abi::V0 => {
+            assert!(memory.is_empty(), "{memory:?}");
+            assert_eq!(
+                trace["rocprofiler_sdk_memory_allocation"],
+                "off: not read on this SDK version"
+            );
+        }
+    }
     assert_eq!(trace["rocprofiler_sdk_version"], version);
+    assert_eq!(trace["rocprofiler_sdk_found"], "named explicitly");
     trace
 }
 
@@ -734,18 +772,19 @@ fn check_conventions(trace: &Value, who: &str) {
             "{who}"
         );
     }
+    // Kineto's flow list: a call in it starts a flow on its own row; any other call ends one there.
     for r in &runtime {
         let corr = args(r)["correlation"].as_u64().unwrap();
-        let launched = gpu
-            .iter()
-            .any(|g| args(g)["correlation"].as_u64() == Some(corr));
-        let own_end = flows.iter().any(|f| {
-            f["ph"] == "f"
-                && f["id"].as_u64() == Some(corr)
-                && f["pid"] == r["pid"]
-                && f["tid"] == r["tid"]
-        });
-        assert_eq!(own_end, !launched, "{who}: {r}");
+        let starts = kinetrace_rocm::decode::FLOW_STARTS.contains(&r["name"].as_str().unwrap());
+        let own = |ph: &str| {
+            flows.iter().any(|f| {
+                f["ph"] == ph
+                    && f["id"].as_u64() == Some(corr)
+                    && f["pid"] == r["pid"]
+                    && f["tid"] == r["tid"]
+            })
+        };
+        assert_eq!((own("s"), own("f")), (starts, !starts), "{who}: {r}");
     }
 }
 

@@ -102,6 +102,34 @@ pub struct HipApiRecord {
     pub thread_id: u64,
 }
 
+/// `rocprofiler_buffer_tracing_memory_allocation_record_t` in 1.x (88 bytes; the full 24-byte
+/// correlation id). The 0.5/0.6 record (16-byte id) was not checked against a header, so kinetrace
+/// reads allocations on 1.x only.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct MemoryAllocationRecord {
+    /// `sizeof` the record as written.
+    pub size: u64,
+    /// The buffer-tracing kind.
+    pub kind: u32,
+    /// ALLOCATE / VMEM_ALLOCATE / FREE / VMEM_FREE.
+    pub operation: u32,
+    /// The allocating call's id.
+    pub correlation_id: CorrelationId,
+    /// The allocating thread.
+    pub thread_id: u64,
+    /// Start (CLOCK_BOOTTIME ns).
+    pub start_timestamp: u64,
+    /// End.
+    pub end_timestamp: u64,
+    /// The agent whose memory it is.
+    pub agent_id: AgentId,
+    /// The block's address.
+    pub address: u64,
+    /// The block's size in bytes.
+    pub allocation_size: u64,
+}
+
 /// `rocprofiler_agent_v0_t` of SDK 1.0 (304 bytes: an 8-byte `uuid`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -159,6 +187,15 @@ const _: () = {
     assert!(offset_of!(HipApiRecord, start_timestamp) == 40);
     assert!(offset_of!(HipApiRecord, end_timestamp) == 48);
     assert!(offset_of!(HipApiRecord, thread_id) == 56);
+    assert!(size_of::<MemoryAllocationRecord>() == 88);
+    assert!(offset_of!(MemoryAllocationRecord, operation) == 12);
+    assert!(offset_of!(MemoryAllocationRecord, correlation_id) == 16);
+    assert!(offset_of!(MemoryAllocationRecord, thread_id) == 40);
+    assert!(offset_of!(MemoryAllocationRecord, start_timestamp) == 48);
+    assert!(offset_of!(MemoryAllocationRecord, end_timestamp) == 56);
+    assert!(offset_of!(MemoryAllocationRecord, agent_id) == 64);
+    assert!(offset_of!(MemoryAllocationRecord, address) == 72);
+    assert!(offset_of!(MemoryAllocationRecord, allocation_size) == 80);
     assert!(offset_of!(Agent1_0, uuid) == 296 && size_of::<Agent1_0>() == 304);
     assert!(offset_of!(Agent1_1, uuid) == 296 && size_of::<Agent1_1>() == 312);
 };

@@ -227,12 +227,24 @@ fn code_object_ops() -> Vec<(i32, &'static str)> {
     ]
 }
 
+fn allocation_ops() -> Vec<(i32, &'static str)> {
+    let s = op_shift();
+    vec![
+        (0, "MEMORY_ALLOCATION_NONE"),
+        (1 + s, "MEMORY_ALLOCATION_ALLOCATE"),
+        (2 + s, "MEMORY_ALLOCATION_VMEM_ALLOCATE"),
+        (3 + s, "MEMORY_ALLOCATION_FREE"),
+        (4 + s, "MEMORY_ALLOCATION_VMEM_FREE"),
+    ]
+}
+
 fn buffer_ops(kind: i32) -> Option<Vec<(i32, &'static str)>> {
     let name = buffer_kinds().into_iter().find(|(k, _)| *k == kind)?.1;
     Some(match name {
         "MEMORY_COPY" => memcpy_ops(),
         "KERNEL_DISPATCH" => dispatch_ops(),
         "HIP_RUNTIME_API" => hip_ops(),
+        "MEMORY_ALLOCATION" => allocation_ops(),
         _ => Vec::new(),
     })
 }
@@ -1369,6 +1381,43 @@ pub unsafe extern "C" fn fake_rocp_memcpy(
                 emit_async("MEMORY_COPY", || words_of(&r, r.size as usize));
             }
         }
+    })
+}
+
+/// `hipMalloc` (`free` = 0) or `hipFree` (`free` = 1) of `bytes` at `address` on GPU `gpu`: a
+/// MEMORY_ALLOCATION record (1.x only; the fake writes none on 0.x, whose layout is unverified).
+/// Returns the correlation id.
+#[no_mangle]
+pub unsafe extern "C" fn fake_rocp_memory(free: u32, address: u64, bytes: u64, gpu: u32) -> u64 {
+    let tid = gettid();
+    let name = if free != 0 { "hipFree" } else { "hipMalloc" };
+    hip_call(name, |correlation| {
+        if abi() != Abi::V1 {
+            return;
+        }
+        let start = boottime_ns();
+        let op_name = if free != 0 {
+            "MEMORY_ALLOCATION_FREE"
+        } else {
+            "MEMORY_ALLOCATION_ALLOCATE"
+        };
+        let r = v1::MemoryAllocationRecord {
+            size: std::mem::size_of::<v1::MemoryAllocationRecord>() as u64,
+            kind: buffer_kind("MEMORY_ALLOCATION") as u32,
+            operation: kind_number(&allocation_ops(), op_name) as u32,
+            correlation_id: v1::CorrelationId {
+                internal: correlation,
+                external: UserData::default(),
+                ancestor: 0,
+            },
+            thread_id: tid,
+            start_timestamp: start,
+            end_timestamp: start + 500,
+            agent_id: gpu_agent(gpu),
+            address,
+            allocation_size: bytes,
+        };
+        emit_async("MEMORY_ALLOCATION", || words_of(&r, r.size as usize));
     })
 }
 
