@@ -397,6 +397,16 @@ pub struct Kinds {
     pub memory_allocation: Option<i32>,
 }
 
+/// What the library calls things, resolved once when the tool is made.
+#[derive(Clone, Debug)]
+pub(crate) struct Names {
+    pub version: (u32, u32, u32),
+    pub origin: crate::loader::Origin,
+    pub hip_ops: Vec<(i32, String)>,
+    pub copy_ops: Vec<(i32, String)>,
+    pub allocation_ops: Vec<(i32, String)>,
+}
+
 /// How the tool sets itself up in `initialize`.
 #[derive(Clone, Debug)]
 pub(crate) struct Plan {
@@ -424,6 +434,7 @@ pub(crate) struct Tool {
     pub path: PathBuf,
     pub abi: Abi,
     pub kinds: Kinds,
+    pub names: Names,
     pub plan: Plan,
     pub queue: Queue,
     pub external: ExternalIds,
@@ -492,6 +503,23 @@ pub(crate) fn register(tool: &'static Tool) -> Registration {
 
 static CLIENT_NAME: &CStr = c"kinetrace";
 
+/// `rocprofiler_configure`, for the library that exports it under that name (the preload shim):
+/// the SDK calls it when a ROCm runtime initialises, found through `RTLD_DEFAULT` or
+/// `ROCP_TOOL_LIBRARIES`. It makes kinetrace's tool for the calling SDK and returns its
+/// `initialize`/`finalize`; a `RocmSource` made later uses that registration.
+///
+/// # Safety
+/// Only the SDK calls it, with the configure function's arguments.
+pub unsafe extern "C" fn tool_configure(
+    version: u32,
+    runtime_version: *const c_char,
+    priority: u32,
+    client_id: *mut c_void,
+) -> *mut ToolConfigureResult {
+    // SAFETY: the same contract.
+    unsafe { configure_tool(version, runtime_version, priority, client_id) }
+}
+
 /// The tool's `rocprofiler_configure`: names the client, returns `initialize` / `finalize`.
 unsafe extern "C" fn configure_tool(
     version: u32,
@@ -500,7 +528,13 @@ unsafe extern "C" fn configure_tool(
     client_id: *mut c_void,
 ) -> *mut ToolConfigureResult {
     let r = catch_unwind(AssertUnwindSafe(|| {
-        let tool = tool()?;
+        // Called by the SDK itself (a library exporting `rocprofiler_configure`, found when a ROCm
+        // runtime initialised): make the tool for it now.
+        let tool = tool().or_else(crate::source::install_for_sdk)?;
+        if tool.configured.load(Ordering::Acquire) {
+            // Registered once per process.
+            return None;
+        }
         if !client_id.is_null() {
             // The client id's layout follows the version the SDK passes (§2.2).
             if version / 10_000 == 0 {

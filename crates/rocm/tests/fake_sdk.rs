@@ -868,3 +868,71 @@ fn trace_shape_matches_kinetos_rocm_trace() {
         }
     });
 }
+
+/// The SDK found kinetrace's `rocprofiler_configure` itself when HIP initialised (as it does for
+/// a preloaded shim or `ROCP_TOOL_LIBRARIES`): a copy of the fake already loaded in the process.
+fn sdk_loaded_by_the_job(dir: &Path) -> (Fake, u32) {
+    let lib = dir.join("librocprofiler-sdk.so.1");
+    std::fs::copy(kinetrace_test_support::fake::fake_rocprofiler_sdk(), &lib).unwrap();
+    let fake = Fake::open(&lib);
+    let init = sym!(
+        fake,
+        b"fake_rocp_runtime_init\0",
+        unsafe extern "C" fn(Option<kinetrace_rocm::sys::ConfigureFn>) -> u32
+    );
+    // SAFETY: `tool_configure` is kinetrace's configure function, passed as a tool the SDK found.
+    let tools = unsafe { init(Some(kinetrace_rocm::tool_configure)) };
+    (fake, tools)
+}
+
+#[test]
+fn registered_by_the_sdk_when_hip_initialises() {
+    in_child("registered_by_the_sdk_when_hip_initialises", &[], || {
+        let dir = tempfile::tempdir().unwrap();
+        let (fake, tools) = sdk_loaded_by_the_job(dir.path());
+        assert_eq!(tools, 1);
+        let stats = fake.stats();
+        assert_eq!((stats.configure_calls, stats.client_named), (1, 1));
+        assert_eq!((stats.contexts, stats.active_contexts), (2, 1));
+        fake.load_kernel(1, "_Z6kernelv.kd");
+        // The profiler starts later (at a step): its source uses that registration, and finds the
+        // library the job loaded without being told where it is.
+        let source = RocmSource::new(RocmConfig::default());
+        let info = source.library_info().expect("live").clone();
+        assert_eq!(info.origin, kinetrace_rocm::loader::Origin::Loaded);
+        assert_eq!(fake.stats().configure_calls, 1, "registered once");
+        let out = dir.path().join("traces");
+        let log = Log::default();
+        let session = trace_session(vec![Box::new(source)], ActivitySet::all(), &out, &log);
+        {
+            let _s = annotation("step");
+            fake.kernel(1, 0, 0xa);
+        }
+        session.stop();
+        assert!(log.lines().is_empty(), "{:?}", log.lines());
+        let trace = load_only_trace(&out);
+        let k = x(&trace, "kernel");
+        assert_eq!(k.len(), 1);
+        assert_eq!(k[0]["name"], "_Z6kernelv");
+        assert!(args(k[0])["External id"].as_u64().is_some());
+    });
+}
+
+#[test]
+fn registered_by_the_sdk_with_an_unknown_version() {
+    in_child(
+        "registered_by_the_sdk_with_an_unknown_version",
+        &[("FAKE_ROCP_VERSION", "2.0.0")],
+        || {
+            let dir = tempfile::tempdir().unwrap();
+            let (fake, tools) = sdk_loaded_by_the_job(dir.path());
+            assert_eq!(tools, 1);
+            // kinetrace opted out (configure returned null): nothing was set up in the SDK...
+            assert_eq!(fake.stats().contexts, 0);
+            // ...and the source says why, once, instead of "registered too late".
+            let source = RocmSource::new(RocmConfig::default());
+            let e = source.library_info().unwrap_err().to_string();
+            assert!(e.contains("is rocprofiler-sdk 2.0.0"), "{e}");
+        },
+    );
+}

@@ -14,7 +14,9 @@ the calling thread: the HIP API callback at ENTER and EXIT (one `rocprofiler_use
 and service, shared by both phases, as the SDK does) on every active context that traces
 `HIP_RUNTIME_API`, and the asynchronous records (kernel dispatch, memory copy) of the call appended
 to the buffer of every active context that traces their kind, carrying the call's correlation id.
-Code-object loads call the `CODE_OBJECT` callback. A buffer is handed to its callback when it
+Code-object loads call the `CODE_OBJECT` callback. `fake_rocp_runtime_init` is HIP initialising:
+the tools in `ROCP_TOOL_LIBRARIES` and the `rocprofiler_configure` visible through `RTLD_DEFAULT`
+(a preloaded library's) are registered then, as rocprofiler-register and the SDK do. A buffer is handed to its callback when it
 reaches its watermark and at `rocprofiler_flush_buffer`, on the calling thread (the real SDK uses a
 background thread; the callback must not care).
 
@@ -730,12 +732,22 @@ pub unsafe extern "C" fn rocprofiler_force_configure(configure: ConfigureFn) -> 
             return CONFIGURATION_LOCKED;
         }
         s.init = -1;
-        s.configure_calls += 1;
         ensure_other_tool(&mut s);
     }
+    // SAFETY: the caller passes a configure function with the SDK's signature.
+    unsafe { run_tool(configure, u32::from(faults().other_tool)) };
+    state().init = 1;
+    sys::STATUS_SUCCESS
+}
+
+/// One tool's registration: its `configure`, then its `initialize` (configuration is open).
+///
+/// # Safety
+/// `configure` must have the configure function's signature.
+unsafe fn run_tool(configure: ConfigureFn, priority: u32) {
+    state().configure_calls += 1;
     let (major, minor, patch) = faults().version;
     let version = Abi::encode_version(major, minor, patch);
-    let priority = u32::from(faults().other_tool);
     let runtime = c"7.1.0";
     let mut id0 = v0::ClientId {
         name: std::ptr::null(),
@@ -771,8 +783,59 @@ pub unsafe extern "C" fn rocprofiler_force_configure(configure: ConfigureFn) -> 
             state().finalize = Some((fini, r.tool_data as usize));
         }
     }
+}
+
+/// A ROCm runtime (HIP) initialises: the SDK collects the tools as rocprofiler-register and the
+/// SDK do — every library in `ROCP_TOOL_LIBRARIES` (split on `:`, dlopened `RTLD_LOCAL`), then
+/// `rocprofiler_configure` found through `RTLD_DEFAULT` (a preloaded library's), then `extra` if
+/// not null (a test's stand-in for a tool the link-map scan would find) — and registers each once,
+/// then locks configuration. Nothing happens when the SDK is already initialised. Returns the
+/// number of tools registered.
+#[no_mangle]
+pub unsafe extern "C" fn fake_rocp_runtime_init(extra: Option<ConfigureFn>) -> u32 {
+    {
+        let mut s = state();
+        if faults().already_initialized || s.init != 0 {
+            return 0;
+        }
+        s.init = -1;
+        ensure_other_tool(&mut s);
+    }
+    let mut tools: Vec<ConfigureFn> = Vec::new();
+    let lookup = |handle: *mut c_void| {
+        // SAFETY: a handle from dlopen (or RTLD_DEFAULT) and a NUL-terminated name.
+        let f = unsafe { libc::dlsym(handle, c"rocprofiler_configure".as_ptr()) };
+        // SAFETY: a library's `rocprofiler_configure` has the configure signature.
+        (!f.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, ConfigureFn>(f) })
+    };
+    if let Ok(list) = std::env::var("ROCP_TOOL_LIBRARIES") {
+        for lib in list.split(':').filter(|l| !l.is_empty()) {
+            let Ok(c) = std::ffi::CString::new(lib) else {
+                continue;
+            };
+            // SAFETY: loading a tool library the user named, as the SDK does.
+            let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+            if !h.is_null() {
+                tools.extend(lookup(h));
+            }
+        }
+    }
+    tools.extend(lookup(libc::RTLD_DEFAULT));
+    tools.extend(extra);
+    let mut seen: Vec<usize> = Vec::new();
+    tools.retain(|f| {
+        let at = *f as usize;
+        let new = !seen.contains(&at);
+        seen.push(at);
+        new
+    });
+    let first = u32::from(faults().other_tool);
+    for (i, f) in tools.iter().enumerate() {
+        // SAFETY: each is a `rocprofiler_configure` (checked by name above) or the test's.
+        unsafe { run_tool(*f, first + i as u32) };
+    }
     state().init = 1;
-    sys::STATUS_SUCCESS
+    tools.len() as u32
 }
 
 fn locked() -> bool {
