@@ -57,6 +57,14 @@ mod profiler;
 pub use layer::KinetraceLayer;
 pub use profiler::{Error, Profiler, ProfilerBuilder};
 
+/// The ROCm tool entry points a library exporting `rocprofiler_configure` (the preload shim)
+/// forwards to; see `kinetrace_rocm::tool_configure` and `kinetrace_rocm::on_tool_initialized`.
+#[cfg(feature = "rocm")]
+#[doc(hidden)]
+pub mod rocm_tool {
+    pub use kinetrace_rocm::{on_tool_initialized, tool_configure};
+}
+
 /// Version and git facts stamped by `build.rs`, written into trace metadata.
 pub const BUILD_INFO: &str = concat!(
     env!("CARGO_PKG_VERSION"),

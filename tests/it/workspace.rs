@@ -103,6 +103,7 @@ const DEV_ALLOWED: &[(&str, &[&str])] = &[
         &[
             "kinetrace-test-support",
             "kinetrace-fake-cupti",
+            "kinetrace-fake-rocprofiler-sdk",
             "kinetrace-core",
             "kinetrace-export",
         ],

@@ -52,6 +52,7 @@ mod serve;
 mod start;
 pub mod state;
 
+pub use kinetrace::rocm_tool;
 pub use log::{log, panicked, StderrWriter};
 pub use process::{
     after_fork_child, at_exit, cuda_initializing, foreign_cupti_client, is_running, nvtx_attach,

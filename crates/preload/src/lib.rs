@@ -19,6 +19,9 @@ Exports:
 - `kinetrace_is_active()`: 1 while this process profiles.
 - `kinetrace_torch_state()`, `kinetrace_range_push()`, `kinetrace_range_pop()`, `kinetrace_log()`:
   what the Python side uses to turn PyTorch's ops on inside windows and to record module ranges.
+- `rocprofiler_configure`: rocprofiler-sdk's tool entry point; when HIP initialises the SDK finds it
+  (this library preloaded, or named in `ROCP_TOOL_LIBRARIES`) and kinetrace registers as a tool;
+  once initialised, it starts profiling with the GPU as `InitializeInjection` does.
 - `cuptiActivityRegisterCallbacks`: interposes the CUPTI call torch.profiler's Kineto makes when it
   takes CUPTI over, so kinetrace can step aside first (then forwards to the real one).
 */
@@ -31,5 +34,6 @@ mod shim;
 pub use nvtx::InitializeInjectionNvtx2;
 pub use shim::{
     cuptiActivityRegisterCallbacks, kinetrace_is_active, kinetrace_log, kinetrace_range_pop,
-    kinetrace_range_push, kinetrace_step, kinetrace_torch_state, InitializeInjection,
+    kinetrace_range_push, kinetrace_step, kinetrace_torch_state, rocprofiler_configure,
+    InitializeInjection,
 };

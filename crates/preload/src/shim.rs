@@ -40,7 +40,38 @@ extern "C" fn on_load() {
         }
         // SAFETY: registers a plain `extern "C"` function; no handler runs before or in the parent.
         unsafe { libc::pthread_atfork(None, None, Some(atfork_child)) };
+        agent::rocm_tool::on_tool_initialized(rocm_initialized);
     });
+}
+
+/// rocprofiler-sdk's tool entry point: the SDK calls it when a ROCm runtime (HIP) initialises,
+/// found through `RTLD_DEFAULT` (this library preloaded) or `ROCP_TOOL_LIBRARIES`. kinetrace
+/// registers as a tool beside any other (PyTorch's Kineto); once the SDK has initialised it,
+/// [`rocm_initialized`] runs. Returns null (kinetrace opts out) when anything goes wrong.
+///
+/// # Safety
+/// Only the SDK calls it, with its `rocprofiler_configure` arguments.
+#[no_mangle]
+pub unsafe extern "C" fn rocprofiler_configure(
+    version: u32,
+    runtime_version: *const c_char,
+    priority: u32,
+    client_id: *mut c_void,
+) -> *mut c_void {
+    catch_unwind(|| {
+        // SAFETY: the SDK's own call, forwarded with its arguments.
+        let r = unsafe {
+            agent::rocm_tool::tool_configure(version, runtime_version, priority, client_id)
+        };
+        r as *mut c_void
+    })
+    .unwrap_or(std::ptr::null_mut())
+}
+
+/// The SDK initialised kinetrace's tool by itself: a ROCm runtime is starting, which is to ROCm
+/// what `InitializeInjection` is to CUDA.
+fn rocm_initialized() {
+    let _ = catch_unwind(|| install(agent::cuda_initializing()));
 }
 
 /// This library's file, found with `dladdr` on one of its own functions.

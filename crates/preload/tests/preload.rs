@@ -1201,3 +1201,38 @@ fn the_session_default_log_survives_a_broken_stderr() {
     );
     assert_eq!(o.status.code(), Some(0));
 }
+
+/// A HIP job on a node without CUDA: when HIP initialises, the SDK finds the preloaded shim's
+/// `rocprofiler_configure` and registers kinetrace beside any other tool; the requested steps are
+/// recorded through rocprofiler-sdk (the fake, loaded by the job under the real SONAME).
+#[test]
+fn a_hip_job_is_profiled_through_rocprofiler_sdk() {
+    let w = World::new();
+    let rocm = w.tmp.path().join("rocm");
+    let none = w.tmp.path().join("no-cuda");
+    std::fs::create_dir(&rocm).unwrap();
+    std::fs::create_dir(&none).unwrap();
+    let sdk = rocm.join("librocprofiler-sdk.so.1");
+    std::fs::copy(kinetrace_test_support::fake::fake_rocprofiler_sdk(), &sdk).unwrap();
+    let job = profile_dir().join("examples/fake_rocm_train");
+    let mut c = w.preloaded(&job, &["6"]);
+    c.env_remove("KINETRACE_CUPTI_PATH")
+        .env("LD_LIBRARY_PATH", &none)
+        .env("CUDA_HOME", &none)
+        .env("FAKE_ROCP_LIB", &sdk)
+        .env("KINETRACE_ITERATIONS", "3")
+        .env("KINETRACE_START_ITERATION", "2");
+    let (out, err, code) = outcome(c);
+    assert_eq!(
+        (out.as_str(), err.as_str(), code),
+        ("fake_rocm_train: done 6 steps, 1 tools\n", "", Some(0)),
+        "log:\n{}",
+        w.log_text()
+    );
+    let t = only_trace(&w);
+    assert_eq!(t.kernel_steps(), vec![2, 3, 4], "log:\n{}", w.log_text());
+    assert_eq!(t.kernels(), 6);
+    t.assert_correlated();
+    assert_eq!(t.meta("rocprofiler_sdk_version"), Some("1.1.0"));
+    assert_eq!(w.log_text(), "", "nothing to report");
+}

@@ -503,6 +503,21 @@ pub(crate) fn register(tool: &'static Tool) -> Registration {
 
 static CLIENT_NAME: &CStr = c"kinetrace";
 
+/// Called once kinetrace's tool is initialised after the SDK registered it by itself (through
+/// [`tool_configure`]): the moment a ROCm runtime starts, which the preload shim treats as CUDA's
+/// `InitializeInjection` (start profiling with the GPU, or add the GPU to a running profiler).
+static ON_INITIALIZED: OnceLock<fn()> = OnceLock::new();
+
+/// Registered through [`tool_configure`] rather than by a source's `force_configure`.
+static SELF_REGISTERED: AtomicBool = AtomicBool::new(false);
+
+/// Sets the function run when the SDK has registered and initialised kinetrace by itself (see
+/// [`tool_configure`]). It runs inside the SDK's call to the tool's `initialize`, where no HIP or
+/// HSA call may be made; a `RocmSource` made in it uses the registration. The first one set wins.
+pub fn on_tool_initialized(f: fn()) {
+    let _ = ON_INITIALIZED.set(f);
+}
+
 /// `rocprofiler_configure`, for the library that exports it under that name (the preload shim):
 /// the SDK calls it when a ROCm runtime initialises, found through `RTLD_DEFAULT` or
 /// `ROCP_TOOL_LIBRARIES`. It makes kinetrace's tool for the calling SDK and returns its
@@ -530,7 +545,14 @@ unsafe extern "C" fn configure_tool(
     let r = catch_unwind(AssertUnwindSafe(|| {
         // Called by the SDK itself (a library exporting `rocprofiler_configure`, found when a ROCm
         // runtime initialised): make the tool for it now.
-        let tool = tool().or_else(crate::source::install_for_sdk)?;
+        let tool = match tool() {
+            Some(t) => t,
+            None => {
+                let t = crate::source::install_for_sdk()?;
+                SELF_REGISTERED.store(true, Ordering::Release);
+                t
+            }
+        };
         if tool.configured.load(Ordering::Acquire) {
             // Registered once per process.
             return None;
@@ -565,19 +587,33 @@ unsafe extern "C" fn initialize_tool(_fini: *const c_void, _data: *mut c_void) -
             return -1;
         };
         let result = set_up(tool);
-        let mut setup = tool.setup.lock().unwrap_or_else(|e| e.into_inner());
-        setup.ran = true;
-        match result {
-            Ok((main, utility, buffer)) => {
-                setup.main = Some(main);
-                setup.utility = Some(utility);
-                setup.buffer = Some(buffer);
-                0
+        let ok = {
+            let mut setup = tool.setup.lock().unwrap_or_else(|e| e.into_inner());
+            setup.ran = true;
+            match result {
+                Ok((main, utility, buffer)) => {
+                    setup.main = Some(main);
+                    setup.utility = Some(utility);
+                    setup.buffer = Some(buffer);
+                    true
+                }
+                Err(e) => {
+                    setup.error = Some(e);
+                    false
+                }
             }
-            Err(e) => {
-                setup.error = Some(e);
-                -1
+        };
+        // A source's own registration needs no news; one the SDK made by itself is the runtime
+        // starting (the hook then makes the source, which finds this setup).
+        if SELF_REGISTERED.load(Ordering::Acquire) {
+            if let Some(f) = ON_INITIALIZED.get() {
+                f();
             }
+        }
+        if ok {
+            0
+        } else {
+            -1
         }
     }));
     r.unwrap_or(-1)

@@ -32,7 +32,7 @@ pub mod queue;
 pub mod record;
 mod source;
 
-pub use ffi::{tool_configure, Agent, Kinds, SdkError};
+pub use ffi::{on_tool_initialized, tool_configure, Agent, Kinds, SdkError};
 pub use source::{queue_stats, LibraryInfo, QueueStats, RocmConfig, RocmOpenError, RocmSource};
 
 /// The raw bindings, for tests and tools that need the vendor structs.
