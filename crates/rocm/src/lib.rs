@@ -27,6 +27,7 @@ pub mod decode;
 pub mod external;
 #[allow(unsafe_code)]
 mod ffi;
+mod install;
 pub mod loader;
 pub mod queue;
 pub mod record;

@@ -23,11 +23,10 @@ use kinetrace_core::source::{ActivitySource, SourceError};
 use kinetrace_core::UnixNanos;
 use kinetrace_rocprofiler_sdk_sys::Abi;
 
-use crate::decode::{Decoder, NOISE};
-use crate::external::ExternalIds;
-use crate::ffi::{self, Agent, Kinds, Names, Plan, Registration, SdkError, Setup, Tool, Tracing};
-use crate::loader::{self, NotFound, Origin, SearchInputs};
-use crate::queue::Queue;
+use crate::decode::Decoder;
+use crate::ffi::{self, Agent, Kinds, Registration, SdkError, Tool};
+use crate::install::install_tool;
+use crate::loader::{NotFound, Origin};
 use crate::record::Raw;
 
 /// Settings for [`RocmSource`].
@@ -273,10 +272,6 @@ fn clock_offset(tool: &Tool) -> Result<i64, SdkError> {
     Ok(best.map_or(0, |(_, o)| o))
 }
 
-fn find(table: &[(i32, String)], name: &str) -> Option<i32> {
-    table.iter().find(|(_, n)| n == name).map(|(k, _)| *k)
-}
-
 impl RocmSource {
     /// Finds the library, checks its version, registers kinetrace as a tool and sets up tracing.
     pub fn new(config: RocmConfig) -> RocmSource {
@@ -382,123 +377,6 @@ impl RocmSource {
     /// Whether the main context is started (a window is open).
     pub fn is_active(&self) -> bool {
         matches!(&self.state, State::Live(l) if l.active)
-    }
-}
-
-/// The process's tool: the one installed already (by an earlier source, or by the SDK calling
-/// [`tool_configure`]), else one made now for the library the search finds. Registers nothing.
-fn install_tool(config: &RocmConfig) -> Result<&'static Tool, RocmOpenError> {
-    if let Some(e) = LAZY_FAILURE.get() {
-        return Err(e.clone());
-    }
-    let found = loader::locate(&SearchInputs::from_process(config.library.clone()))
-        .map_err(RocmOpenError::NotFound)?;
-    let path = found.sdk.path().to_path_buf();
-    if let Some(t) = ffi::tool() {
-        // The dynamic loader hands back the same library for the same path.
-        if t.path != path && config.library.is_some() {
-            return Err(RocmOpenError::OtherLibrary {
-                registered: t.path.clone(),
-                path,
-            });
-        }
-        return Ok(t);
-    }
-    let call = |error| RocmOpenError::Call {
-        path: path.clone(),
-        error,
-    };
-    let version = ffi::get_version(&found.sdk).map_err(call)?;
-    let abi = Abi::of_version(version.0, version.1).ok_or(RocmOpenError::UnsupportedVersion {
-        path: path.clone(),
-        version,
-    })?;
-    let missing = |what: &str| RocmOpenError::MissingKind {
-        path: path.clone(),
-        what: what.to_owned(),
-    };
-    let sdk = &found.sdk;
-    let buffer_kinds = ffi::kinds(sdk, Tracing::Buffer).map_err(call)?;
-    let callback_kinds = ffi::kinds(sdk, Tracing::Callback).map_err(call)?;
-    let kernel_dispatch = find(&buffer_kinds, "KERNEL_DISPATCH")
-        .ok_or_else(|| missing("buffer-tracing kind KERNEL_DISPATCH"))?;
-    let memory_copy = find(&buffer_kinds, "MEMORY_COPY")
-        .ok_or_else(|| missing("buffer-tracing kind MEMORY_COPY"))?;
-    let hip_runtime_api = find(&callback_kinds, "HIP_RUNTIME_API")
-        .ok_or_else(|| missing("callback-tracing kind HIP_RUNTIME_API"))?;
-    let code_object = find(&callback_kinds, "CODE_OBJECT")
-        .ok_or_else(|| missing("callback-tracing kind CODE_OBJECT"))?;
-    let code_ops = ffi::operations(sdk, Tracing::Callback, code_object).map_err(call)?;
-    let kernel_symbol_register = find(&code_ops, "CODE_OBJECT_DEVICE_KERNEL_SYMBOL_REGISTER")
-        .ok_or_else(|| missing("code-object operation DEVICE_KERNEL_SYMBOL_REGISTER"))?;
-    let hip_ops = ffi::operations(sdk, Tracing::Callback, hip_runtime_api).map_err(call)?;
-    let copy_ops = ffi::operations(sdk, Tracing::Buffer, memory_copy).map_err(call)?;
-    let memory_allocation = match abi {
-        Abi::V1 => find(&buffer_kinds, "MEMORY_ALLOCATION"),
-        Abi::V0 => None,
-    };
-    let allocation_ops = match memory_allocation {
-        Some(k) => ffi::operations(sdk, Tracing::Buffer, k).map_err(call)?,
-        None => Vec::new(),
-    };
-    let hip_operations = if config.keep_noise {
-        Vec::new()
-    } else {
-        hip_ops
-            .iter()
-            .filter(|(_, n)| !NOISE.contains(&n.as_str()))
-            .map(|(op, _)| *op)
-            .collect()
-    };
-    // Leaked: the SDK keeps our callbacks, which reach the table, for the life of the process.
-    let sdk = &*Box::leak(Box::new(found.sdk));
-    Ok(ffi::install(Tool {
-        sdk,
-        path,
-        abi,
-        kinds: Kinds {
-            kernel_dispatch,
-            memory_copy,
-            hip_runtime_api,
-            code_object,
-            kernel_symbol_register,
-            memory_allocation,
-        },
-        names: Names {
-            version,
-            origin: found.origin,
-            hip_ops,
-            copy_ops,
-            allocation_ops,
-        },
-        plan: Plan {
-            buffer_bytes: config.buffer_bytes,
-            watermark: config.watermark,
-            hip_operations,
-        },
-        queue: Queue::new(config.queue_records),
-        external: ExternalIds::new(),
-        sdk_dropped: Default::default(),
-        skipped: Default::default(),
-        configured: Default::default(),
-        kernel_names: Default::default(),
-        setup: std::sync::Mutex::new(Setup::default()),
-    }))
-}
-
-/// Why the tool could not be made when the SDK called [`tool_configure`] (said by the first
-/// source).
-static LAZY_FAILURE: std::sync::OnceLock<RocmOpenError> = std::sync::OnceLock::new();
-
-/// Makes the tool for the SDK that is calling `rocprofiler_configure` (it is loaded, so the search
-/// finds it first). `None` (kinetrace opts out) when that fails; the first source says why.
-pub(crate) fn install_for_sdk() -> Option<&'static Tool> {
-    match install_tool(&RocmConfig::default()) {
-        Ok(t) => Some(t),
-        Err(e) => {
-            let _ = LAZY_FAILURE.set(e);
-            None
-        }
     }
 }
 

@@ -1,0 +1,224 @@
+//! The `extern "C"` functions the SDK calls with records: the buffer callback, the HIP API
+//! callback and the code-object callback, one per ABI where the record arrives by value. The hot
+//! ones allocate nothing and take no lock.
+
+use std::ffi::{c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+
+use kinetrace_core::recorder;
+use kinetrace_rocprofiler_sdk_sys::{
+    self as sys, v0, v1, BufferId, ContextId, KernelDispatchRecord, KernelSymbolRegisterData,
+    RecordHeader, UserData,
+};
+
+use super::calls::now;
+use super::tool::{tool, Tool};
+use crate::record::Raw;
+
+/// The buffer callback: copies each dispatch and copy record into the queue. No lock, no
+/// allocation, never blocks (a full queue refuses and counts).
+pub(super) unsafe extern "C" fn buffer_callback(
+    _ctx: ContextId,
+    _buffer: BufferId,
+    headers: *mut *mut RecordHeader,
+    n: usize,
+    _data: *mut c_void,
+    drop_count: u64,
+) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let Some(tool) = tool() else {
+            return;
+        };
+        if drop_count > 0 {
+            tool.sdk_dropped.fetch_add(drop_count, Ordering::Relaxed);
+        }
+        if headers.is_null() {
+            return;
+        }
+        for i in 0..n {
+            // SAFETY: the SDK passes `n` header pointers, valid during the callback.
+            let h = unsafe { *headers.add(i) };
+            if h.is_null() {
+                continue;
+            }
+            // SAFETY: a valid header (above).
+            let h = unsafe { &*h };
+            match copy_record(tool, h) {
+                Some(raw) => {
+                    tool.queue.push(&raw.to_words());
+                }
+                None => {
+                    tool.skipped.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }));
+}
+
+/// The record behind `h`, if it is a dispatch or a copy whose `size` covers what is read.
+fn copy_record(tool: &Tool, h: &RecordHeader) -> Option<Raw> {
+    if h.category != sys::BUFFER_CATEGORY_TRACING || h.payload.is_null() {
+        return None;
+    }
+    let kind = h.kind as i32;
+    // SAFETY: every tracing record starts with its `size` (u64); the payload is valid during the
+    // callback.
+    let size = unsafe { *(h.payload as *const u64) } as usize;
+    if kind == tool.kinds.kernel_dispatch {
+        if size < std::mem::size_of::<KernelDispatchRecord>() {
+            return None;
+        }
+        // SAFETY: a kernel-dispatch record of at least its size (checked), 8-aligned as the SDK
+        // allocates it.
+        let r = unsafe { &*(h.payload as *const KernelDispatchRecord) };
+        Some(Raw::of_dispatch(r))
+    } else if kind == tool.kinds.memory_copy {
+        // Read as the 0.x record, the prefix of the 1.x one (`Raw::of_copy`).
+        if size < std::mem::size_of::<v0::MemoryCopyRecord>() {
+            return None;
+        }
+        // SAFETY: a memory-copy record of at least the 0.x size (checked).
+        let r = unsafe { &*(h.payload as *const v0::MemoryCopyRecord) };
+        Some(Raw::of_copy(r))
+    } else if Some(kind) == tool.kinds.memory_allocation {
+        if size < std::mem::size_of::<v1::MemoryAllocationRecord>() {
+            return None;
+        }
+        // SAFETY: a 1.x memory-allocation record of at least its size (checked; the kind is only
+        // configured on 1.x).
+        let r = unsafe { &*(h.payload as *const v1::MemoryAllocationRecord) };
+        Some(Raw::of_allocation(r))
+    } else {
+        None
+    }
+}
+
+/// One HIP API callback, ABI-independent: ENTER stamps the time into the call's user data and
+/// remembers the enclosing span for the call's GPU records; EXIT queues the call.
+fn api_phase(
+    kind: u32,
+    operation: u32,
+    phase: u32,
+    correlation: u64,
+    thread: u64,
+    user: *mut UserData,
+) {
+    let Some(tool) = tool() else {
+        return;
+    };
+    if kind as i32 != tool.kinds.hip_runtime_api || user.is_null() {
+        return;
+    }
+    let now = now(tool.sdk);
+    if phase == sys::PHASE_ENTER {
+        // SAFETY: the SDK's per-call user data, valid from ENTER to EXIT of this call.
+        unsafe { (*user).value = now };
+        // Written even without a span (0 reads as none): the SDK may reuse a retired id, whose
+        // slot must not keep the old call's span.
+        tool.external
+            .set(correlation, recorder::current_external_id().unwrap_or(0));
+    } else if phase == sys::PHASE_EXIT {
+        // SAFETY: as above.
+        let start = unsafe { (*user).value };
+        // A call entered before the context started has no start: not recorded.
+        if start == 0 {
+            return;
+        }
+        let raw = Raw::Api {
+            operation,
+            correlation,
+            tid: thread as u32,
+            start,
+            end: now.max(start),
+            external: recorder::current_external_id().unwrap_or(0),
+        };
+        tool.queue.push(&raw.to_words());
+    }
+}
+
+pub(super) unsafe extern "C" fn api_callback_v0(
+    rec: v0::CallbackRecord,
+    user: *mut UserData,
+    _d: *mut c_void,
+) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        api_phase(
+            rec.kind,
+            rec.operation,
+            rec.phase,
+            rec.correlation_id.internal,
+            rec.thread_id,
+            user,
+        )
+    }));
+}
+
+pub(super) unsafe extern "C" fn api_callback_v1(
+    rec: v1::CallbackRecord,
+    user: *mut UserData,
+    _d: *mut c_void,
+) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        api_phase(
+            rec.kind,
+            rec.operation,
+            rec.phase,
+            rec.correlation_id.internal,
+            rec.thread_id,
+            user,
+        )
+    }));
+}
+
+/// A kernel symbol was registered: remember `kernel_id → name` (without the `.kd` suffix).
+fn code_object_phase(kind: u32, operation: u32, phase: u32, payload: *mut c_void) {
+    let Some(tool) = tool() else {
+        return;
+    };
+    if kind as i32 != tool.kinds.code_object
+        || operation as i32 != tool.kinds.kernel_symbol_register
+        || phase != sys::PHASE_ENTER
+        || payload.is_null()
+    {
+        return;
+    }
+    // SAFETY: the kernel-symbol payload, valid during the callback; its prefix is stable across
+    // ABIs (asserted in the sys crate) and its `size` is checked before the prefix is read.
+    let size = unsafe { *(payload as *const u64) } as usize;
+    if size < std::mem::offset_of!(KernelSymbolRegisterData, kernel_object) {
+        return;
+    }
+    // SAFETY: as above.
+    let data = unsafe { &*(payload as *const KernelSymbolRegisterData) };
+    if data.kernel_name.is_null() {
+        return;
+    }
+    // SAFETY: a NUL-terminated string valid during the callback; copied out.
+    let name = unsafe { CStr::from_ptr(data.kernel_name) }.to_string_lossy();
+    let name = name.strip_suffix(".kd").unwrap_or(&name).to_owned();
+    tool.kernel_names
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(data.kernel_id, name);
+}
+
+pub(super) unsafe extern "C" fn code_object_callback_v0(
+    rec: v0::CallbackRecord,
+    _user: *mut UserData,
+    _d: *mut c_void,
+) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        code_object_phase(rec.kind, rec.operation, rec.phase, rec.payload)
+    }));
+}
+
+pub(super) unsafe extern "C" fn code_object_callback_v1(
+    rec: v1::CallbackRecord,
+    _user: *mut UserData,
+    _d: *mut c_void,
+) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        code_object_phase(rec.kind, rec.operation, rec.phase, rec.payload)
+    }));
+}
