@@ -144,6 +144,12 @@ mod tests {
     use std::sync::Arc;
 
     #[test]
+    fn the_default_queue_holds_6_5_mib() {
+        // docs/rocm-support.md states this footprint.
+        assert_eq!(Queue::new(1 << 16).bytes(), 6_815_744);
+    }
+
+    #[test]
     fn fifo_and_bounded() {
         let q = Queue::new(4);
         for i in 0..4u64 {
