@@ -27,6 +27,7 @@ for t in &report.temporal_breakdown {
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod doctor;
 pub mod hta;
 pub mod kernel;
 mod load;
@@ -40,6 +41,7 @@ pub mod units;
 
 use std::path::PathBuf;
 
+pub use doctor::{doctor, doctor_sources, DoctorOptions, DoctorReport};
 pub use hta::HtaOptions;
 pub use load::{discover, FileProblem, Options, Progress, RankSource, TraceSource};
 pub use report::{KernelTypeShare, RankInfo, RankKernelTypeTime, Report};

@@ -164,3 +164,120 @@ fn usage_errors_exit_2() {
         );
     }
 }
+
+/// Three 10 ms steps; in each, `aten::item` blocks until the first kernel ends at 4 ms and the
+/// next launch comes at 6 ms, so the GPU idles 1.98 ms per step after the sync.
+fn trace_with_sync(rank: i64) -> Value {
+    let mut ev = Vec::new();
+    for step in 0..3i64 {
+        let s = 1_000_000 + step * 10_000;
+        let c = step * 10;
+        ev.push(json!({"ph": "X", "cat": "user_annotation", "name": format!("ProfilerStep#{}", step + 10), "pid": 1, "tid": 1, "ts": s, "dur": 10_000}));
+        ev.push(json!({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": s + 20, "dur": 5, "args": {"correlation": c}}));
+        ev.push(json!({"ph": "X", "cat": "kernel", "name": "sm80_gemm", "pid": 0, "tid": 7, "ts": s + 50, "dur": 3_950, "args": {"stream": 7, "correlation": c}}));
+        ev.push(json!({"ph": "X", "cat": "cpu_op", "name": "aten::item", "pid": 1, "tid": 1, "ts": s + 300, "dur": 3_800}));
+        ev.push(json!({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 1, "tid": 1, "ts": s + 320, "dur": 3_700, "args": {"correlation": c + 1}}));
+        ev.push(json!({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": s + 4_200, "dur": 5, "args": {"correlation": c + 2}}));
+        ev.push(json!({"ph": "X", "cat": "kernel", "name": "sm80_gemm", "pid": 0, "tid": 7, "ts": s + 6_000, "dur": 3_950, "args": {"stream": 7, "correlation": c + 2}}));
+        ev.push(json!({"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": s + 4_200, "dur": 1_790}));
+    }
+    json!({"distributedInfo": {"rank": rank}, "traceEvents": ev})
+}
+
+#[test]
+fn doctor_reports_findings_with_exit_code_0() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "rank0.json", &trace_with_sync(0));
+    write(dir.path(), "rank1.json", &trace_with_sync(1));
+    std::fs::write(dir.path().join("broken.json"), b"{\"traceEvents\": [").unwrap();
+    let out = kinetrace(&["doctor", dir.path().to_str().unwrap()]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.starts_with("2 traces read (ranks 0, 1), 6 steps: 1 finding"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("warning[sync-in-step]: Host syncs in the training step"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "cost: 1.98 ms per step (19.8% of the step) on rank 0, the worst of ranks 0, 1"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("aten::item → cudaStreamSynchronize"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("rank 0 at 0.320 ms: cudaStreamSynchronize (3.70 ms), ts 1000320.000"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("  fix: Keep values on the GPU"), "{stdout}");
+    let skipped: Vec<&str> = stderr.lines().filter(|l| l.contains("skipped")).collect();
+    assert_eq!(skipped.len(), 1, "{stderr}");
+    assert!(
+        skipped[0].contains("broken.json") && skipped[0].contains("at byte 17"),
+        "{stderr}"
+    );
+
+    let out = kinetrace(&[
+        "doctor",
+        "--json",
+        dir.path().join("rank1.json").to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["ranks"][0]["steps"], 3);
+    let f = &v["findings"][0];
+    assert_eq!(f["rule"], "sync-in-step");
+    assert_eq!(f["severity"], "warning");
+    assert_eq!(f["ranks"], json!([1]));
+    assert_eq!(f["cost_per_step_us"], 1980);
+    assert_eq!(f["evidence"][0]["count"], 3);
+    assert_eq!(f["examples"][0]["ts_us"], 1000320.0);
+    assert_eq!(f["per_step"], true);
+}
+
+#[test]
+fn doctor_without_findings_and_with_nothing_readable() {
+    let dir = tempfile::tempdir().unwrap();
+    // `trace`'s steps, numbered as steady-state steps (#11..#13): nothing to report.
+    let mut v = trace(0);
+    for e in v["traceEvents"].as_array_mut().unwrap() {
+        if let Some(n) = e["name"]
+            .as_str()
+            .and_then(|n| n.strip_prefix("ProfilerStep#"))
+        {
+            e["name"] = json!(format!("ProfilerStep#{}", 10 + n.parse::<i64>().unwrap()));
+        }
+    }
+    write(dir.path(), "rank0.json", &v);
+    let out = kinetrace(&["doctor", "-q", dir.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("no findings: none of the 14 rules fired"),
+        "{stdout}"
+    );
+    // As numbered (#1..#3), the window holds the process's first steps: one info finding.
+    write(dir.path(), "rank0.json", &trace(0));
+    let out = kinetrace(&["doctor", "-q", dir.path().to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("1 trace read (rank 0), 3 steps: 1 finding"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("info[warmup-in-window]"), "{stdout}");
+
+    let bad = dir.path().join("bad.json.gz");
+    std::fs::write(&bad, [0x1f, 0x8b, 8, 0, 0, 0]).unwrap();
+    let out = kinetrace(&["doctor", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("bad.json.gz"), "{stderr}");
+    assert!(stderr.contains("no trace could be read"), "{stderr}");
+}
