@@ -281,3 +281,87 @@ fn doctor_without_findings_and_with_nothing_readable() {
     assert!(stderr.contains("bad.json.gz"), "{stderr}");
     assert!(stderr.contains("no trace could be read"), "{stderr}");
 }
+
+/// Per step: `big_gemm` launched 5 times (100 µs each) and ten other kernels once (10 µs), so one
+/// type has 11 kernels and HTA's re-aggregation over totals applies.
+fn trace_with_many_kernels() -> Value {
+    let mut ev = Vec::new();
+    let mut corr = 0;
+    for step in 0..3i64 {
+        let s = 1_000_000 + step * 10_000;
+        ev.push(json!({"ph": "X", "cat": "user_annotation", "name": format!("ProfilerStep#{}", step + 1), "pid": 1, "tid": 1, "ts": s, "dur": 10_000}));
+        let names: Vec<String> = std::iter::repeat_n("big_gemm".to_string(), 5)
+            .chain((0..10).map(|k| format!("small_kernel_{k}")))
+            .collect();
+        for (j, name) in names.iter().enumerate() {
+            corr += 1;
+            let j = j as i64;
+            let dur = if name == "big_gemm" { 100 } else { 10 };
+            ev.push(json!({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": s + 10 + j * 10, "dur": 5, "args": {"correlation": corr}}));
+            ev.push(json!({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": s + 1_000 + j * 200, "dur": dur, "args": {"stream": 7, "correlation": corr}}));
+        }
+    }
+    json!({"distributedInfo": {"rank": 0}, "traceEvents": ev})
+}
+
+#[test]
+fn kernel_table_shows_per_launch_statistics_json_keeps_htas() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "rank0.json", &trace_with_many_kernels());
+    let d = dir.path().to_str().unwrap();
+    let out = kinetrace(&["analyze", d, "--only", "kernels", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let big = v["kernel_breakdown"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "big_gemm")
+        .unwrap();
+    // Two steps count (HTA drops the last): 10 launches, 1000 µs. HTA's fields hold the total.
+    assert_eq!(
+        (
+            &big["sum_us"],
+            &big["mean_us"],
+            &big["min_us"],
+            &big["max_us"]
+        ),
+        (&json!(1000), &json!(1000), &json!(1000), &json!(1000))
+    );
+    assert_eq!(big["count"], 10);
+    assert_eq!(
+        (
+            &big["launch_mean_us"],
+            &big["launch_min_us"],
+            &big["launch_max_us"],
+            &big["launch_stddev_us"]
+        ),
+        (&json!(100), &json!(100), &json!(100), &json!(0))
+    );
+
+    let out = kinetrace(&["analyze", d, "--only", "kernels", "-q"]);
+    let stdout = text(&out.stdout);
+    let row = stdout
+        .lines()
+        .find(|l| l.contains("big_gemm"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let cells: Vec<&str> = row
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert_eq!(
+        cells,
+        [
+            "0",
+            "computation",
+            "big_gemm",
+            "1.00 ms",
+            "10",
+            "100 µs",
+            "100 µs",
+            "100 µs"
+        ],
+        "{stdout}"
+    );
+}
