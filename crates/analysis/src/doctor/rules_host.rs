@@ -101,6 +101,105 @@ pub(super) fn allocator_churn(ctx: &Ctx<'_>) -> Option<Finding> {
     ))
 }
 
+/// The memory rule.
+pub const MEMORY_PRESSURE: Rule = Rule {
+    id: "memory-pressure",
+    title: "Device memory near capacity, or reserved far above allocated",
+    severity: Severity::Warning,
+    fix: "Near capacity the caching allocator frees its cache and retries (synchronizing) before \
+          an out-of-memory error: lower the peak (smaller micro-batches with gradient \
+          accumulation, activation checkpointing, freeing references to large tensors early). \
+          Reserved far above allocated at the peak is fragmentation: set \
+          `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` and keep tensor shapes stable.",
+};
+
+const GIB: i64 = 1 << 30;
+
+/// Fires, from `[memory]` events (`profile_memory=True`) on a device, when the peak reserved
+/// memory is at least 90% of the device's `totalGlobalMem` (from `deviceProperties`), or when at
+/// the peak of allocated memory the reserved memory is at least 1.5× the allocated and 1 GiB above
+/// it (fragmentation: cached blocks that do not fit). No time cost.
+pub(super) fn memory_pressure(ctx: &Ctx<'_>) -> Option<Finding> {
+    let capacity: BTreeMap<i64, i64> = ctx
+        .rows
+        .metadata
+        .iter()
+        .filter(|(k, _)| k == "deviceProperties")
+        .filter_map(|(_, v)| serde_json::from_str::<serde_json::Value>(v).ok())
+        .filter_map(|v| v.as_array().cloned())
+        .flatten()
+        .filter_map(|d| Some((d.get("id")?.as_i64()?, d.get("totalGlobalMem")?.as_i64()?)))
+        .collect();
+    let mut devices: BTreeMap<i64, Vec<&crate::rows::MemSample>> = BTreeMap::new();
+    for m in ctx.rows.mem.iter().filter(|m| m.device >= 0) {
+        devices.entry(m.device).or_default().push(m);
+    }
+    let mut ev = Vec::new();
+    let mut lines = Vec::new();
+    let mut examples = Vec::new();
+    for (device, samples) in devices {
+        let Some(peak_res) = samples.iter().max_by_key(|m| (m.reserved, -m.ts)) else {
+            continue;
+        };
+        let Some(peak_alloc) = samples.iter().max_by_key(|m| (m.allocated, -m.ts)) else {
+            continue;
+        };
+        let gib = |b: i64| b as f64 / GIB as f64;
+        if let Some(&cap) = capacity.get(&device).filter(|&&c| c > 0) {
+            if peak_res.reserved as f64 >= 0.9 * cap as f64 {
+                lines.push(format!(
+                    "device {device}: {:.2} GiB reserved at the peak, {:.0}% of its {:.2} GiB",
+                    gib(peak_res.reserved),
+                    100.0 * peak_res.reserved as f64 / cap as f64,
+                    gib(cap)
+                ));
+                ev.push(evidence(
+                    ctx,
+                    format!("device {device}: peak reserved ≥ 90% of capacity"),
+                    1,
+                    0,
+                ));
+                examples.push(ctx.span_example(
+                    format!("device {device}: peak reserved memory"),
+                    peak_res.ts,
+                    peak_res.ts,
+                ));
+            }
+        }
+        let (a, r) = (peak_alloc.allocated, peak_alloc.reserved);
+        if r - a >= GIB && r as f64 >= 1.5 * a as f64 {
+            lines.push(format!(
+                "device {device}: at the allocation peak {:.2} GiB reserved for {:.2} GiB allocated",
+                gib(r),
+                gib(a)
+            ));
+            ev.push(evidence(
+                ctx,
+                format!("device {device}: reserved ≥ 1.5× allocated at the peak"),
+                1,
+                0,
+            ));
+            examples.push(ctx.span_example(
+                format!("device {device}: allocation peak"),
+                peak_alloc.ts,
+                peak_alloc.ts,
+            ));
+        }
+    }
+    if lines.is_empty() {
+        return None;
+    }
+    examples.truncate(MAX_EXAMPLES);
+    Some(finding(
+        &MEMORY_PRESSURE,
+        ctx,
+        None,
+        lines.join("; "),
+        ev,
+        examples,
+    ))
+}
+
 // ---------------------------------------------------------------------------------------------
 
 /// The host-stall rule.

@@ -85,6 +85,15 @@ impl Trace {
         self.gpu("kernel", name, 7, ts, dur, c);
     }
 
+    /// A `[memory]` event on device 0.
+    fn memory(&mut self, ts: i64, allocated: i64, reserved: i64) {
+        self.ev.push(
+            json!({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]",
+            "pid": 1, "tid": 1, "ts": ts, "args": {"Total Reserved": reserved,
+            "Total Allocated": allocated, "Bytes": 1, "Device Id": 0, "Device Type": 1}}),
+        );
+    }
+
     /// A healthy step at `ts`: the GPU busy from +50 µs to +9.95 ms.
     fn healthy_step(&mut self, n: i64, ts: i64) {
         self.step(n, ts, STEP);
@@ -262,6 +271,24 @@ fn small_op_storm() {
     // The same kernels queued ahead of the GPU: no launch wait.
     let r = run(&[&storm(true)]);
     assert!(!rules(&r).contains(&"small-op-storm"), "{:?}", rules(&r));
+
+    // 220 kernels of 40 µs, launched every 45 µs: the GPU waits 5 µs before each (11% of the
+    // step), but launching costs the host far less than the GPU's work, so the gaps are launch
+    // latency, not a storm: quiet.
+    let mut t = Trace::new();
+    for k in 0..3 {
+        let ts = 1_000_000 + k * STEP;
+        t.step(10 + k, ts, STEP);
+        for j in 0..220 {
+            t.launch(
+                "elementwise_kernel<mul>",
+                ts + 10 + j * 45,
+                ts + 20 + j * 45,
+                40,
+            );
+        }
+    }
+    assert!(!rules(&run(&[&t])).contains(&"small-op-storm"));
 }
 
 #[test]
@@ -426,6 +453,42 @@ fn allocator_churn() {
     // Allocations in the first step only (the caching allocator warming up): quiet.
     let mut t = steps_with(|_, _| {});
     t.call("cudaMalloc", 1_000_000 + 5_000, 100);
+    assert_eq!(rules(&run(&[&t])), Vec::<&str>::new());
+}
+
+#[test]
+fn memory_pressure() {
+    const GIB: i64 = 1 << 30;
+    let devices = json!([{"id": 0, "name": "H100", "totalGlobalMem": 80 * GIB}]);
+    // Near capacity: 75 of 80 GiB reserved.
+    let mut t = steps_with(|_, _| {});
+    t.meta.push(("deviceProperties", devices.clone()));
+    t.memory(1_000_100, 60 * GIB, 75 * GIB);
+    let r = run(&[&t]);
+    let f = get(&r, "memory-pressure");
+    assert!(
+        f.summary
+            .contains("75.00 GiB reserved at the peak, 94% of its 80.00 GiB"),
+        "{}",
+        f.summary
+    );
+    assert_eq!(f.cost_per_step_us, None);
+    // Fragmentation: at the allocation peak, 5 GiB reserved for 2 GiB allocated.
+    let mut t = steps_with(|_, _| {});
+    t.memory(1_000_100, 2 * GIB, 5 * GIB);
+    let f = &run(&[&t]).findings[0];
+    assert_eq!(f.rule, "memory-pressure");
+    assert_eq!(
+        f.evidence[0].what,
+        "device 0: reserved ≥ 1.5× allocated at the peak"
+    );
+
+    // The cache kept after the peak (reserved far above allocated later, not at the peak), and
+    // half the device reserved: quiet.
+    let mut t = steps_with(|_, _| {});
+    t.meta.push(("deviceProperties", devices));
+    t.memory(1_000_100, 30 * GIB, 40 * GIB);
+    t.memory(1_005_000, 5 * GIB, 40 * GIB);
     assert_eq!(rules(&run(&[&t])), Vec::<&str>::new());
 }
 
