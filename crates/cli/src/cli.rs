@@ -26,6 +26,9 @@ pub enum Command {
     /// Find what costs time in Kineto traces and say what to do about it: findings, most costly
     /// first, with evidence and the direction of the fix.
     Doctor(DoctorArgs),
+    /// Compare two runs: per name, counts and durations in each and the change (HTA TraceDiff's
+    /// numbers and categories), the step time change, and where the time went.
+    Diff(DiffArgs),
     /// Run a command with GPU profiling (no code changes), then list the traces and summarise them.
     Record(crate::record::RecordArgs),
     /// Ask running kinetrace-enabled processes to capture now (on-demand profiling).
@@ -273,6 +276,93 @@ impl DoctorArgs {
             quiet: self.quiet,
             options: kinetrace_analysis::DoctorOptions {
                 jobs: self.jobs.unwrap_or(0),
+            },
+        })
+    }
+}
+
+const DIFF_AFTER_HELP: &str = "\
+Each side is a trace file or a directory of them (one per rank). Ranks are compared rank by rank
+(the ranks both sides have; one file each is compared whatever its rank), or all pooled with
+--pool. Names are grouped across categories and counted over every step (or one with --step), with
+durations on HTA's clock, so the numbers and the added / deleted / increased / decreased /
+unchanged categories can be checked against HTA's TraceDiff. Layout of --json: docs/diff.md.
+
+EXAMPLES:
+  kinetrace diff before/ after/              rank by rank, largest change first
+  kinetrace diff before/ after/ --pool       all ranks together
+  kinetrace diff a.json.gz b.json.gz --json";
+
+/// `kinetrace diff`.
+#[derive(Debug, Args)]
+#[command(after_help = DIFF_AFTER_HELP)]
+pub struct DiffArgs {
+    /// The base run: a trace file or a directory of them.
+    #[arg(value_name = "BASE")]
+    pub base: PathBuf,
+
+    /// The new run: a trace file or a directory of them.
+    #[arg(value_name = "NEW")]
+    pub new: PathBuf,
+
+    /// Compare all ranks of each side together instead of rank by rank.
+    #[arg(long)]
+    pub pool: bool,
+
+    /// Only this ProfilerStep number on both sides (kernels count in the step of their launch).
+    #[arg(long, value_name = "N")]
+    pub step: Option<i64>,
+
+    /// Print the comparison as JSON on stdout instead of tables.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Rows per table in the terminal (0: all).
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub top: usize,
+
+    /// Worker threads reading traces (default: one per CPU).
+    #[arg(short, long, value_name = "N")]
+    pub jobs: Option<usize>,
+
+    /// No progress indicator and no timing line.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// A validated `diff` invocation.
+#[derive(Debug, Clone)]
+pub struct DiffPlan {
+    /// Base side.
+    pub base: PathBuf,
+    /// New side.
+    pub new: PathBuf,
+    /// JSON instead of text.
+    pub json: bool,
+    /// Terminal rows per table (`usize::MAX` for all).
+    pub top: usize,
+    /// Quiet.
+    pub quiet: bool,
+    /// Library options.
+    pub options: kinetrace_analysis::DiffOptions,
+}
+
+impl DiffArgs {
+    /// Checks the arguments and builds the plan.
+    pub fn plan(self) -> Result<DiffPlan> {
+        if self.jobs == Some(0) {
+            bail!("--jobs must be at least 1 (leave it out for one per CPU)");
+        }
+        Ok(DiffPlan {
+            base: self.base,
+            new: self.new,
+            json: self.json,
+            top: if self.top == 0 { usize::MAX } else { self.top },
+            quiet: self.quiet,
+            options: kinetrace_analysis::DiffOptions {
+                jobs: self.jobs.unwrap_or(0),
+                pool: self.pool,
+                step: self.step,
             },
         })
     }

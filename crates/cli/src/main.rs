@@ -5,6 +5,7 @@
 mod analyze;
 mod cli;
 mod csv;
+mod diff;
 mod doctor;
 mod record;
 mod signals;
@@ -22,6 +23,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         cli::Command::Analyze(args) => args.plan().and_then(analyze::run_analyze),
         cli::Command::Doctor(args) => args.plan().and_then(doctor::run_doctor),
+        cli::Command::Diff(args) => args.plan().and_then(diff::run_diff),
         cli::Command::Record(args) => {
             // First of all: from here no signal can end kinetrace before it reached the command.
             let signals = signals::install();

@@ -365,3 +365,77 @@ fn kernel_table_shows_per_launch_statistics_json_keeps_htas() {
         "{stdout}"
     );
 }
+
+#[test]
+fn diff_compares_two_runs_and_exits_1_when_nothing_matches() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    write(&a, "rank0.json", &trace(0));
+    write(&b, "rank0.json", &trace_with_sync(0));
+    let out = kinetrace(&["diff", a.to_str().unwrap(), b.to_str().unwrap(), "-q"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("rank 0: step time 1.00 ms → 10.00 ms (+9.00 ms, +900.0%)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("cudaStreamSynchronize"), "{stdout}");
+
+    let out = kinetrace(&["diff", a.to_str().unwrap(), b.to_str().unwrap(), "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    let c = &v["comparisons"][0];
+    let row = c["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "sm80_gemm")
+        .unwrap();
+    // Base: 3 × 400 µs; new: 6 × 3950 µs.
+    assert_eq!(
+        (
+            &row["control_counts"],
+            &row["test_counts"],
+            &row["diff_counts"]
+        ),
+        (&json!(3), &json!(6), &json!(3))
+    );
+    assert_eq!(row["diff_duration"], json!(6 * 3950 - 1200));
+    assert_eq!(row["counts_change_categories"], "+");
+    assert_eq!(row["category"], "increased");
+    assert_eq!(
+        c["ops_diff"],
+        json!({
+            "added": ["ProfilerStep#10", "ProfilerStep#11", "ProfilerStep#12", "aten::add",
+                      "aten::item", "cudaStreamSynchronize"],
+            "deleted": ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"],
+            "increased": ["cudaLaunchKernel", "sm80_gemm"],
+            "decreased": [],
+            "unchanged": []
+        })
+    );
+
+    // Different ranks on each side of a directory comparison: nothing in common.
+    write(&b, "rank0.json", &trace_with_sync(3));
+    write(&b, "rank4.json", &trace_with_sync(4));
+    let out = kinetrace(&["diff", a.to_str().unwrap(), b.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("rank 0 is only on the base side"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing to compare"), "{stderr}");
+    // Pooled, they compare.
+    let out = kinetrace(&[
+        "diff",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "--pool",
+        "-q",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("all ranks pooled"));
+}

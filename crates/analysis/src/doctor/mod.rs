@@ -10,7 +10,7 @@
 //! one file each, run the rules and keep only the findings and the step rows the cross-rank rule
 //! needs.
 
-mod context;
+pub(crate) mod context;
 mod rules;
 mod rules_host;
 
