@@ -246,7 +246,7 @@ pub struct DoctorArgs {
     #[arg(short, long, value_name = "N")]
     pub jobs: Option<usize>,
 
-    /// No progress indicator on stderr (problems with files are still reported).
+    /// No progress indicator and no timing line (problems with files are still reported).
     #[arg(short, long)]
     pub quiet: bool,
 }
