@@ -190,7 +190,29 @@ pub struct DoctorOptions {
 struct RankResult {
     info: DoctorRank,
     findings: Vec<Finding>,
-    steps: Vec<StepRow>,
+    steps: RankSteps,
+}
+
+/// A rank's steps, with what turns their `start_ms` back into trace times.
+struct RankSteps {
+    rows: Vec<StepRow>,
+    /// The rank's first event (ns since the epoch): `start_ms` counts from it.
+    origin_ns: i64,
+    /// `baseTimeNanoseconds`, if the file's `ts` are relative to it.
+    base_ns: Option<i64>,
+}
+
+impl RankSteps {
+    fn example(&self, s: &StepRow) -> Example {
+        let ts_ns = self.origin_ns as f64 + s.start_ms * 1e6 - self.base_ns.unwrap_or(0) as f64;
+        Example {
+            rank: s.rank,
+            name: format!("ProfilerStep#{}", s.step),
+            at_ms: s.start_ms,
+            ts_us: ts_ns.round() / 1000.0,
+            dur_us: s.step_time_us,
+        }
+    }
 }
 
 /// Runs every rule on `files` (one rank each). `problems` from [`crate::discover`] are carried
@@ -215,7 +237,7 @@ pub fn doctor_sources(
     let results = map_sources(sources, opts.jobs, progress, &examine);
     let mut ranks = Vec::new();
     let mut findings = Vec::new();
-    let mut all_steps: Vec<Vec<StepRow>> = Vec::new();
+    let mut all_steps: Vec<RankSteps> = Vec::new();
     for r in results {
         match r {
             Ok(r) => {
@@ -257,7 +279,11 @@ fn examine(source: &TraceSource) -> Result<RankResult, FileProblem> {
             gpu_events,
         },
         findings,
-        steps: step_rows,
+        steps: RankSteps {
+            rows: step_rows,
+            origin_ns: ctx.origin,
+            base_ns: rows.base_ns,
+        },
     })
 }
 
@@ -386,12 +412,12 @@ pub const STRAGGLER_RANK: Rule = Rule {
 /// Fires when two or more ranks share at least two steps, one rank is the slowest in compute in
 /// at least 60% of them, and its mean extra compute over the others' median is at least 5% of the
 /// step and 100 µs. The cost is that extra compute per step: the time every other rank waits.
-fn straggler_rank(all: &[Vec<StepRow>]) -> Option<Finding> {
+fn straggler_rank(all: &[RankSteps]) -> Option<Finding> {
     // rank -> step -> compute/comm; a rank seen in two files with the same step is ambiguous.
-    let mut by_rank: BTreeMap<i64, BTreeMap<i64, &StepRow>> = BTreeMap::new();
-    for rows in all {
-        for s in rows {
-            by_rank.entry(s.rank).or_default().insert(s.step, s);
+    let mut by_rank: BTreeMap<i64, BTreeMap<i64, (&StepRow, &RankSteps)>> = BTreeMap::new();
+    for r in all {
+        for s in &r.rows {
+            by_rank.entry(s.rank).or_default().insert(s.step, (s, r));
         }
     }
     if by_rank.len() < 2 {
@@ -414,7 +440,7 @@ fn straggler_rank(all: &[Vec<StepRow>]) -> Option<Finding> {
     for n in &shared {
         let slowest = by_rank
             .iter()
-            .max_by(|a, b| a.1[n].compute_us.0.total_cmp(&b.1[n].compute_us.0))?;
+            .max_by(|a, b| a.1[n].0.compute_us.0.total_cmp(&b.1[n].0.compute_us.0))?;
         *wins.entry(*slowest.0).or_default() += 1;
     }
     let (&rank, &won) = wins.iter().max_by_key(|(r, w)| (**w, -**r))?;
@@ -424,17 +450,27 @@ fn straggler_rank(all: &[Vec<StepRow>]) -> Option<Finding> {
     let mut extra = 0.0;
     let mut step_time = 0.0;
     let mut others_comm = 0.0;
+    let mut per_step: Vec<(f64, Example)> = Vec::new();
     for n in &shared {
-        let mine = by_rank[&rank][n];
+        let (mine, steps) = by_rank[&rank][n];
         let others: Vec<&StepRow> = by_rank
             .iter()
             .filter(|(r, _)| **r != rank)
-            .map(|(_, m)| m[n])
+            .map(|(_, m)| m[n].0)
             .collect();
-        extra += mine.compute_us.0 - median(others.iter().map(|s| s.compute_us.0).collect());
+        let e = mine.compute_us.0 - median(others.iter().map(|s| s.compute_us.0).collect());
+        extra += e;
         step_time += mine.step_time_us.0;
         others_comm += median(others.iter().map(|s| s.comm_us.0).collect());
+        per_step.push((e, steps.example(mine)));
     }
+    // The steps where it was furthest behind.
+    per_step.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let examples: Vec<Example> = per_step
+        .into_iter()
+        .take(MAX_EXAMPLES)
+        .map(|(_, e)| e)
+        .collect();
     let k = shared.len() as f64;
     let (extra, step_time, others_comm) = (extra / k, step_time / k, others_comm / k);
     if extra < 100.0 || extra < 0.05 * step_time {
@@ -443,8 +479,8 @@ fn straggler_rank(all: &[Vec<StepRow>]) -> Option<Finding> {
     let evidence = by_rank
         .iter()
         .map(|(&r, m)| {
-            let compute: f64 = shared.iter().map(|n| m[n].compute_us.0).sum();
-            let comm: f64 = shared.iter().map(|n| m[n].comm_us.0).sum();
+            let compute: f64 = shared.iter().map(|n| m[n].0.compute_us.0).sum();
+            let comm: f64 = shared.iter().map(|n| m[n].0.comm_us.0).sum();
             Evidence {
                 rank: r,
                 what: format!(
@@ -474,7 +510,7 @@ fn straggler_rank(all: &[Vec<StepRow>]) -> Option<Finding> {
         cost_share: Some(Num::ratio(extra, step_time)),
         per_step: true,
         evidence,
-        examples: Vec::new(),
+        examples,
         fix: STRAGGLER_RANK.fix,
     })
 }

@@ -350,6 +350,14 @@ fn straggler_rank() {
         f.summary
     );
     assert_eq!(f.evidence.len(), 3);
+    // The steps where it was furthest behind, on the straggler, at their place in the file.
+    let e = &f.examples[0];
+    assert_eq!((e.rank, e.name.as_str()), (1, "ProfilerStep#10"));
+    assert_eq!(
+        (e.at_ms, e.ts_us, e.dur_us),
+        (0.0, 1_000_000.0, Us(10_000.0))
+    );
+    assert_eq!(f.examples[2].ts_us, 1_020_000.0);
 
     // Equal ranks whose communication is overlapped: quiet.
     let even = rank_with_compute(9_900);
