@@ -697,3 +697,28 @@ fn doctor_findings_on_every_real_trace() {
         }
     }
 }
+
+#[test]
+fn doctor_reads_kinetraces_own_drop_counts() {
+    use kinetrace_analysis::{doctor, DoctorOptions};
+    // The golden trace kinetrace's writer produces, with `"dropped_events": {"cpu_ring": 0, "cupti": 2}`.
+    let golden =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/small_session.json");
+    let r = doctor(&[golden], Vec::new(), &DoctorOptions::default(), &|_| {});
+    assert!(r.problems.is_empty(), "{:?}", r.problems);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.rule == "trace-drops")
+        .expect("trace-drops");
+    let ev: Vec<(&str, u64)> = f
+        .evidence
+        .iter()
+        .map(|e| (e.what.as_str(), e.count))
+        .collect();
+    assert_eq!(ev, [("kinetrace dropped_events.cupti", 2)]);
+    assert_eq!(
+        f.summary,
+        "records were lost while capturing: kinetrace dropped 2 cupti records"
+    );
+}

@@ -144,26 +144,29 @@ fn finding(f: &Finding, out: &mut String) {
     }
     wrap(&f.summary, "  ", "  ", out);
     if !f.evidence.is_empty() {
-        let mut t = Table::new(
-            "  evidence:",
-            &[
-                ("rank", Align::Right),
-                ("what", Align::Left),
-                ("count", Align::Right),
-                ("per step", Align::Right),
-                ("time", Align::Right),
-                ("per step ", Align::Right),
-            ],
-        );
+        // Findings that count without a time (drops, memory states) get no time columns.
+        let timed = f.evidence.iter().any(|e| e.time_us.0 != 0.0);
+        let mut columns = vec![
+            ("rank", Align::Right),
+            ("what", Align::Left),
+            ("count", Align::Right),
+            ("per step", Align::Right),
+        ];
+        if timed {
+            columns.extend([("time", Align::Right), ("per step ", Align::Right)]);
+        }
+        let mut t = Table::new("  evidence:", &columns);
         for e in &f.evidence {
-            t.row(vec![
+            let mut row = vec![
                 e.rank.to_string(),
                 clip(&e.what, 80),
                 e.count.to_string(),
                 format!("{:.1}", e.count_per_step),
-                dur_us(e.time_us.0),
-                dur_us(e.time_per_step_us.0),
-            ]);
+            ];
+            if timed {
+                row.extend([dur_us(e.time_us.0), dur_us(e.time_per_step_us.0)]);
+            }
+            t.row(row);
         }
         indent(&t.render(), out);
     }

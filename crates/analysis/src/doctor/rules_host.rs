@@ -474,9 +474,10 @@ pub const TRACE_DROPS: Rule = Rule {
     title: "The trace says records were dropped: its numbers are incomplete",
     severity: Severity::Warning,
     fix: "Capture less per window (fewer steps, `record_shapes`/`with_stack` off) or give the \
-          profiler more buffer: kinetrace's `ring_memory_cap` / CUPTI buffer settings \
-          (docs/config.md), Kineto's `ACTIVITIES_MAX_GPU_BUFFER_SIZE_MB`. Do not trust totals \
-          from this trace until it is complete.",
+          profiler more buffer: `KINETRACE_MAX_GPU_BUFFER_MB` (CUPTI records) and \
+          `KINETRACE_MAX_CPU_BUFFER_MB` (spans) for kinetrace (docs/config.md), \
+          `ACTIVITIES_MAX_GPU_BUFFER_SIZE_MB` for Kineto. Do not trust totals from this trace \
+          until it is complete.",
 };
 
 /// Fires when kinetrace's `dropped_events` has a non-zero count, or Kineto's log lines in the
@@ -514,10 +515,17 @@ pub(super) fn trace_drops(ctx: &Ctx<'_>) -> Option<Finding> {
     if ev.is_empty() {
         return None;
     }
-    let summary = format!(
-        "{} drop record{} in the trace's metadata",
-        ev.len(),
-        if ev.len() == 1 { "" } else { "s" }
-    );
+    let parts: Vec<String> = ev
+        .iter()
+        .map(|e| match e.what.strip_prefix("kinetrace dropped_events.") {
+            Some(source) => format!(
+                "kinetrace dropped {} {source} record{}",
+                e.count,
+                if e.count == 1 { "" } else { "s" }
+            ),
+            None => e.what.clone(),
+        })
+        .collect();
+    let summary = format!("records were lost while capturing: {}", parts.join("; "));
     Some(finding(&TRACE_DROPS, ctx, None, summary, ev, Vec::new()))
 }
