@@ -783,3 +783,100 @@ pub(super) fn per_parameter_optimizer(ctx: &Ctx<'_>) -> Option<Finding> {
         examples,
     ))
 }
+
+// ---------------------------------------------------------------------------------------------
+
+/// The recomputation rule.
+pub const RECOMPUTE_IN_BACKWARD: Rule = Rule {
+    id: "recompute-in-backward",
+    title: "Forward ops run again inside backward (activation checkpointing)",
+    severity: Severity::Warning,
+    fix: "If memory allows, checkpoint fewer layers: selective activation checkpointing (keep \
+          cheap-to-store, expensive-to-recompute activations such as attention and matmul outputs), \
+          checkpoint every other block, or turn it off where the memory headroom is there; check \
+          whether a library turned it on (`gradient_checkpointing_enable()`, FSDP/accelerate \
+          configs).",
+};
+
+/// Forward-level ops that backward itself never calls (their gradients are `…_backward` ops, `mm`,
+/// `t` and the like), so finding one inside backward means a forward ran again there.
+const FORWARD_OPS: &[&str] = &[
+    "aten::linear",
+    "aten::conv1d",
+    "aten::conv2d",
+    "aten::conv3d",
+    "aten::layer_norm",
+    "aten::group_norm",
+    "aten::batch_norm",
+    "aten::embedding",
+    "aten::scaled_dot_product_attention",
+    "aten::dropout",
+    "aten::gelu",
+    "aten::silu",
+];
+
+/// Fires when kernels launched under a forward-level op (`aten::linear`, `aten::conv2d`,
+/// `aten::layer_norm`, `aten::scaled_dot_product_attention`, ...) that itself runs inside an
+/// `autograd::engine::evaluate_function: …` op (backward) take at least 5% of the mean step and
+/// 100 µs per step. The cost is their GPU time: the recomputation.
+pub(super) fn recompute_in_backward(ctx: &Ctx<'_>) -> Option<Finding> {
+    let mut groups: BTreeMap<String, Tally> = BTreeMap::new();
+    let mut total = 0;
+    let mut weighted = Vec::new();
+    for i in ctx.of_kind(Kind::Kernel) {
+        let Some(l) = ctx.launcher(i) else { continue };
+        if ctx.window_of(i).is_none() {
+            continue;
+        }
+        let chain: Vec<usize> = ctx.ancestors(l).collect();
+        let Some(fwd) = chain
+            .iter()
+            .position(|&a| ctx.kind(a) == Kind::CpuOp && FORWARD_OPS.contains(&ctx.name(a)))
+        else {
+            continue;
+        };
+        let Some(&bwd) = chain[fwd + 1..].iter().find(|&&a| {
+            ctx.kind(a) == Kind::CpuOp
+                && ctx
+                    .name(a)
+                    .starts_with("autograd::engine::evaluate_function:")
+        }) else {
+            continue;
+        };
+        let what = format!(
+            "{} inside {}",
+            ctx.name(chain[fwd]),
+            clip(
+                ctx.name(bwd)
+                    .trim_start_matches("autograd::engine::evaluate_function:")
+                    .trim(),
+                60
+            )
+        );
+        let d = ctx.row(i).dur;
+        let g = groups.entry(what).or_default();
+        g.count += 1;
+        g.time += d;
+        total += d;
+        weighted.push((d, i));
+    }
+    let cost = per_window(ctx, total);
+    if weighted.is_empty() || !significant(ctx, cost, 100_000.0, 0.05) {
+        return None;
+    }
+    let summary = format!(
+        "{:.1} kernels {} of forward ops run again during backward, {} of GPU time ({})",
+        weighted.len() as f64 / ctx.windows.len() as f64,
+        per(ctx),
+        fmt_us(cost / 1000.0),
+        share_text(ctx, cost),
+    );
+    Some(finding(
+        &RECOMPUTE_IN_BACKWARD,
+        ctx,
+        Some(total as f64),
+        summary,
+        tallies_to_evidence(ctx, groups),
+        top_examples(ctx, weighted),
+    ))
+}

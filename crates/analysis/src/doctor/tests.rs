@@ -447,6 +447,56 @@ fn per_parameter_optimizer() {
 }
 
 #[test]
+fn recompute_in_backward() {
+    // Backward runs on its own thread (tid 2), as the autograd engine does.
+    let bwd = |t: &mut Trace, ts: i64, node: &str, op: &str| {
+        t.x(
+            "cpu_op",
+            &format!("autograd::engine::evaluate_function: {node}"),
+            (1, 2),
+            ts + 100,
+            300,
+            json!({}),
+        );
+        t.x("cpu_op", op, (1, 2), ts + 110, 200, json!({}));
+        t.corr += 1;
+        let c = t.corr;
+        t.x(
+            "cuda_runtime",
+            "cudaLaunchKernel",
+            (1, 2),
+            ts + 120,
+            5,
+            json!({"correlation": c}),
+        );
+        t.gpu(
+            "kernel",
+            "sm90_xmma_gemm_bf16bf16_bf16f32_nt",
+            8,
+            ts + 500,
+            1_000,
+            c,
+        );
+    };
+    let r = run(&[&steps_with(|t, ts| {
+        bwd(t, ts, "CheckpointFunctionBackward", "aten::linear")
+    })]);
+    let f = get(&r, "recompute-in-backward");
+    assert_eq!(f.cost_per_step_us, Some(Us(1000.0)));
+    assert_eq!(
+        f.evidence[0].what,
+        "aten::linear inside CheckpointFunctionBackward"
+    );
+    assert_eq!(f.evidence[0].count, 3);
+
+    // An ordinary backward node launching its gradient GEMM: quiet.
+    let r = run(&[&steps_with(|t, ts| {
+        bwd(t, ts, "AddmmBackward0", "aten::mm")
+    })]);
+    assert_eq!(rules(&r), Vec::<&str>::new());
+}
+
+#[test]
 fn allocator_churn() {
     let r = run(&[&steps_with_hole(|t, ts| {
         t.op("aten::empty", ts + 3_990, 130);
