@@ -13,6 +13,7 @@
 pub(crate) mod context;
 mod rules;
 mod rules_host;
+mod rules_ops;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -69,10 +70,10 @@ pub const RULES: &[Rule] = &[
     rules::SMALL_OP_STORM,
     rules::EXPOSED_COMMUNICATION,
     STRAGGLER_RANK,
-    rules::DTYPE_CASTS,
-    rules::FP32_GEMM,
-    rules::PER_PARAMETER_OPTIMIZER,
-    rules::RECOMPUTE_IN_BACKWARD,
+    rules_ops::DTYPE_CASTS,
+    rules_ops::FP32_GEMM,
+    rules_ops::PER_PARAMETER_OPTIMIZER,
+    rules_ops::RECOMPUTE_IN_BACKWARD,
     rules_host::ALLOCATOR_CHURN,
     rules_host::MEMORY_PRESSURE,
     rules_host::HOST_STALL,
@@ -295,10 +296,10 @@ fn run_rules(ctx: &Ctx<'_>) -> Vec<Finding> {
         rules::input_bound(ctx),
         rules::small_op_storm(ctx),
         rules::exposed_communication(ctx),
-        rules::dtype_casts(ctx),
-        rules::fp32_gemm(ctx),
-        rules::per_parameter_optimizer(ctx),
-        rules::recompute_in_backward(ctx),
+        rules_ops::dtype_casts(ctx),
+        rules_ops::fp32_gemm(ctx),
+        rules_ops::per_parameter_optimizer(ctx),
+        rules_ops::recompute_in_backward(ctx),
         rules_host::allocator_churn(ctx),
         rules_host::memory_pressure(ctx),
         rules_host::host_stall(ctx),
