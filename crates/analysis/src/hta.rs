@@ -171,6 +171,15 @@ pub struct KernelRow {
     pub stddev: f64,
     /// Number of launches (not in HTA's output).
     pub count: usize,
+    /// True mean duration per launch (not in HTA's output; for `others`, over every launch of
+    /// the grouped kernels). Equal to `mean_us` where HTA's quirk does not apply.
+    pub launch_mean_us: Us,
+    /// True shortest launch (not in HTA's output).
+    pub launch_min_us: Us,
+    /// True longest launch (not in HTA's output).
+    pub launch_max_us: Us,
+    /// True sample standard deviation of the launches, µs (0 for one launch; not in HTA's output).
+    pub launch_stddev_us: Us,
 }
 
 /// HTA's four analyses on one rank.
@@ -439,10 +448,24 @@ pub(crate) fn analyze_rank(
     out
 }
 
-fn agg(name: String, t: KernelType, rank: i64, values: &[f64]) -> KernelRow {
+/// `(sum, max, min, mean, sample stddev or 0)` of `values`.
+fn describe(values: &[f64]) -> (f64, f64, f64, f64, f64) {
     let sum: f64 = values.iter().sum();
     let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+    (
+        sum,
+        max,
+        min,
+        sum / values.len() as f64,
+        std_sample(values).unwrap_or(0.0),
+    )
+}
+
+/// A row whose HTA statistics are over `values` and whose launch statistics are over `launches`.
+fn agg(name: String, t: KernelType, rank: i64, values: &[f64], launches: &[f64]) -> KernelRow {
+    let (sum, max, min, mean, std) = describe(values);
+    let (_, lmax, lmin, lmean, lstd) = describe(launches);
     KernelRow {
         kernel_type: t,
         name,
@@ -450,9 +473,13 @@ fn agg(name: String, t: KernelType, rank: i64, values: &[f64]) -> KernelRow {
         sum_us: Us(sum),
         max_us: Us(max),
         min_us: Us(min),
-        mean_us: Us(sum / values.len() as f64),
-        stddev: std_sample(values).unwrap_or(0.0),
-        count: values.len(),
+        mean_us: Us(mean),
+        stddev: std,
+        count: launches.len(),
+        launch_mean_us: Us(lmean),
+        launch_min_us: Us(lmin),
+        launch_max_us: Us(lmax),
+        launch_stddev_us: Us(lstd),
     }
 }
 
@@ -464,26 +491,28 @@ fn kernel_table(
     num_kernels: usize,
     duration_ratio: f64,
 ) -> Vec<KernelRow> {
-    let mut rows: Vec<KernelRow> = by_name
+    let mut rows: Vec<(KernelRow, Vec<f64>)> = by_name
         .into_iter()
-        .map(|(name, durs)| agg(name.to_owned(), t, rank, &durs))
+        .map(|(name, durs)| (agg(name.to_owned(), t, rank, &durs, &durs), durs))
         .collect();
     // Descending by sum; stable, so equal sums stay in name order.
-    rows.sort_by(|a, b| b.sum_us.0.total_cmp(&a.sum_us.0));
+    rows.sort_by(|a, b| b.0.sum_us.0.total_cmp(&a.0.sum_us.0));
     if rows.len() <= num_kernels {
-        return rows;
+        return rows.into_iter().map(|(r, _)| r).collect();
     }
     let mut cumsum = Vec::with_capacity(rows.len());
     let mut acc = 0.0;
-    for r in &rows {
+    for (r, _) in &rows {
         acc += r.sum_us.0;
         cumsum.push(acc);
     }
     let mut sorted = cumsum.clone();
     sorted.sort_by(f64::total_cmp);
     let q = quantile_sorted(&sorted, duration_ratio).unwrap_or(f64::INFINITY);
-    let mut groups: BTreeMap<String, (Vec<f64>, usize)> = BTreeMap::new();
-    for (i, r) in rows.into_iter().enumerate() {
+    // HTA re-aggregates the kept rows over their totals (its quirk, kept in the HTA-named fields);
+    // the launch statistics stay over the launches themselves.
+    let mut groups: BTreeMap<String, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    for (i, (r, durs)) in rows.into_iter().enumerate() {
         let name = if cumsum[i] > q || i >= num_kernels {
             "others".to_owned()
         } else {
@@ -491,14 +520,11 @@ fn kernel_table(
         };
         let g = groups.entry(name).or_default();
         g.0.push(r.sum_us.0);
-        g.1 += r.count;
+        g.1.extend(durs);
     }
     groups
         .into_iter()
-        .map(|(name, (sums, launches))| KernelRow {
-            count: launches,
-            ..agg(name, t, rank, &sums)
-        })
+        .map(|(name, (sums, launches))| agg(name, t, rank, &sums, &launches))
         .collect()
 }
 
@@ -650,6 +676,26 @@ mod tests {
         assert_eq!(
             (kept.sum_us.0, kept.max_us.0, kept.stddev),
             (24.0, 24.0, 0.0)
+        );
+        // The true per-launch numbers: two launches of 12 µs.
+        assert_eq!(
+            (
+                kept.count,
+                kept.launch_mean_us.0,
+                kept.launch_min_us.0,
+                kept.launch_max_us.0,
+                kept.launch_stddev_us.0
+            ),
+            (2, 12.0, 12.0, 12.0, 0.0)
+        );
+        // `others` over its six launches (1, 1, 2, 2, 3, 3 µs), not over the three totals.
+        assert_eq!(
+            (
+                others.launch_mean_us.0,
+                others.launch_min_us.0,
+                others.launch_max_us.0
+            ),
+            (2.0, 1.0, 3.0)
         );
         assert_eq!(rows.len(), 10);
     }

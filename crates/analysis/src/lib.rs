@@ -1,7 +1,9 @@
 /*!
 HolisticTraceAnalysis's analyses over Kineto trace directories, as a library: the same numbers as
 HTA 0.5.0 for its temporal breakdown, comm/comp overlap, idle-time breakdown and kernel breakdown,
-plus an op table, step times with the straggler rank, and the memory timeline.
+plus an op table, step times with the straggler rank, and the memory timeline; the doctor's
+rules ([`doctor`]: what costs time in a trace, and what to do about it) and the comparison of two
+runs ([`diff`], in HTA `TraceDiff`'s terms).
 
 The key design decision: **a rank is reduced to its summary as soon as it is read.** Each worker
 thread reads one trace with the streaming reader of `kinetrace-export` into compact rows, runs
@@ -27,6 +29,8 @@ for t in &report.temporal_breakdown {
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod diff;
+pub mod doctor;
 pub mod hta;
 pub mod kernel;
 mod load;
@@ -40,6 +44,8 @@ pub mod units;
 
 use std::path::PathBuf;
 
+pub use diff::{diff, diff_sources, DiffOptions, DiffReport};
+pub use doctor::{doctor, doctor_sources, DoctorOptions, DoctorReport};
 pub use hta::HtaOptions;
 pub use load::{discover, FileProblem, Options, Progress, RankSource, TraceSource};
 pub use report::{KernelTypeShare, RankInfo, RankKernelTypeTime, Report};

@@ -20,7 +20,7 @@ use serde::Serialize;
 use crate::hta::{analyze_rank, hta_view, HtaOptions, HtaRank, StepFilter, Symbols};
 use crate::memory::{memory, MemoryDevice};
 use crate::ops::{op_table, OpStat};
-use crate::rows::load_rows;
+use crate::rows::{load_rows, Rows};
 use crate::steps::{steps, StepRow};
 
 /// A trace to analyse: a file, or bytes already in memory (tests, fuzzing).
@@ -190,8 +190,9 @@ impl Default for Options {
     }
 }
 
-/// Reads one trace and reduces it to its summary.
-pub(crate) fn summarize(source: &TraceSource, opts: &Options) -> Result<RankSummary, FileProblem> {
+/// Reads one trace into rows, with its rank (from `distributedInfo`, else HTA's regex over the
+/// file, else 0).
+pub(crate) fn read_rank(source: &TraceSource) -> Result<(Rows, i64, RankSource), FileProblem> {
     let path = source.path();
     let input = source.open().map_err(|e| FileProblem {
         file: path.to_owned(),
@@ -206,6 +207,13 @@ pub(crate) fn summarize(source: &TraceSource, opts: &Options) -> Result<RankSumm
             None => (0, RankSource::Default),
         },
     };
+    Ok((rows, rank, rank_source))
+}
+
+/// Reads one trace and reduces it to its summary.
+pub(crate) fn summarize(source: &TraceSource, opts: &Options) -> Result<RankSummary, FileProblem> {
+    let path = source.path();
+    let (rows, rank, rank_source) = read_rank(source)?;
     let sym = Symbols::new(&rows);
     let mut used = vec![false; rows.strings.len()];
     for r in &rows.rows {
@@ -282,17 +290,31 @@ pub(crate) fn summarize_all(
     opts: &Options,
     progress: &(dyn Fn(&Progress<'_>) + Sync),
 ) -> Vec<Result<RankSummary, FileProblem>> {
-    let jobs = if opts.jobs == 0 {
+    map_sources(sources, opts.jobs, progress, &|s| summarize(s, opts))
+}
+
+/// Runs `work` on every source on `jobs` worker threads (0: one per CPU), each worker taking the
+/// next source when it is done with one, and reports each finished file to `progress`. A panic in
+/// `work` becomes a problem with that file. Results are in the order of `sources`.
+pub(crate) fn map_sources<T: Send>(
+    sources: &[TraceSource],
+    jobs: usize,
+    progress: &(dyn Fn(&Progress<'_>) + Sync),
+    work: &(dyn Fn(&TraceSource) -> Result<T, FileProblem> + Sync),
+) -> Vec<Result<T, FileProblem>> {
+    let jobs = if jobs == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {
-        opts.jobs
+        jobs
     }
     .clamp(1, sources.len().max(1));
     let sizes: Vec<u64> = sources.iter().map(TraceSource::len).collect();
     let total_bytes = sizes.iter().sum();
     let next = AtomicUsize::new(0);
     let (tx, rx) = mpsc::channel();
-    let mut results: Vec<Option<Result<RankSummary, FileProblem>>> = vec![None; sources.len()];
+    let mut results: Vec<Option<Result<T, FileProblem>>> = std::iter::repeat_with(|| None)
+        .take(sources.len())
+        .collect();
     std::thread::scope(|scope| {
         for _ in 0..jobs {
             let tx = tx.clone();
@@ -301,8 +323,8 @@ pub(crate) fn summarize_all(
                 // Relaxed: the counter only hands out distinct indices; results travel by channel.
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(source) = sources.get(i) else { break };
-                let result = panic::catch_unwind(AssertUnwindSafe(|| summarize(source, opts)))
-                    .unwrap_or_else(|_| {
+                let result =
+                    panic::catch_unwind(AssertUnwindSafe(|| work(source))).unwrap_or_else(|_| {
                         Err(FileProblem {
                             file: source.path().to_owned(),
                             offset: None,

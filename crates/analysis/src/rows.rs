@@ -87,6 +87,10 @@ pub(crate) struct Rows {
     pub rank: Option<i64>,
     /// Number of events in `traceEvents`.
     pub events: u64,
+    /// `baseTimeNanoseconds` (then `ts` values in the file are relative to it).
+    pub base_ns: Option<i64>,
+    /// Top-level keys other than `traceEvents`, as compact JSON text.
+    pub metadata: Vec<(String, String)>,
 }
 
 impl Rows {
@@ -208,6 +212,8 @@ pub(crate) fn load_rows<R: Read>(path: &Path, input: R) -> Result<Rows, ReadErro
         rounded: any_float_ts,
         rank: trace.rank,
         events: count,
+        base_ns: base,
+        metadata: trace.metadata,
     })
 }
 

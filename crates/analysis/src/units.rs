@@ -58,3 +58,24 @@ fn ser_number<S: Serializer>(v: f64, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_f64(v)
     }
 }
+
+/// A duration in µs for messages, with a unit that keeps 3–4 significant digits: `812 µs`,
+/// `3.21 ms`, `1.250 s`.
+pub fn fmt_us(us: f64) -> String {
+    if !us.is_finite() {
+        return "-".into();
+    }
+    let us = us + 0.0;
+    let a = us.abs();
+    if a < 1_000.0 {
+        if us.fract() == 0.0 {
+            format!("{us:.0} µs")
+        } else {
+            format!("{us:.1} µs")
+        }
+    } else if a < 1_000_000.0 {
+        format!("{:.2} ms", us / 1_000.0)
+    } else {
+        format!("{:.3} s", us / 1_000_000.0)
+    }
+}

@@ -528,3 +528,197 @@ fn real_traces_match_hta() {
     assert!(r.temporal_breakdown.is_empty());
     assert!(r.notes.iter().any(|n| n.contains("no GPU rows")));
 }
+
+// ---------------------------------------------------------------------------------------------
+// `doctor` on every real trace: which rules fire, on which ranks, with what evidence counts.
+
+/// Per directory: (rank, steps) of each file, then per finding: rule, ranks, and the
+/// (rank, what, count) of its evidence. Times are left out on purpose (they are checked on
+/// constructed traces, where they are worked out by hand).
+type Pin = (&'static str, Vec<(i64, usize)>, Vec<PinnedFinding<'static>>);
+
+/// Rule, ranks, and (rank, what, count) of each evidence line.
+type PinnedFinding<'a> = (&'a str, Vec<i64>, Vec<(i64, &'a str, u64)>);
+
+fn doctor_pins() -> Vec<Pin> {
+    vec![
+        (
+            "amd_trace",
+            vec![(0, 2)],
+            vec![
+                ("sync-in-step", vec![0], vec![(0, "aten::to → hipMemcpyWithStream", 2)]),
+                ("warmup-in-window", vec![0], vec![]),
+            ],
+        ),
+        ("cpu_only", vec![(34, 1)], vec![]),
+        (
+            "critical_path_alexnet",
+            vec![(0, 0)],
+            vec![(
+                "sync-in-step",
+                vec![0],
+                vec![
+                    (
+                        0,
+                        "[param|pytorch.model.alex_net|0|0|0|warmup|forward] → cudaDeviceSynchronize",
+                        2,
+                    ),
+                    (
+                        0,
+                        "[param|pytorch.model.alex_net|0|0|0|measure|forward] → cudaDeviceSynchronize",
+                        2,
+                    ),
+                    (0, "aten::to → cudaStreamSynchronize", 16),
+                    (0, "(no enclosing op) → cudaDeviceSynchronize", 1),
+                ],
+            )],
+        ),
+        (
+            "nccl_parser_config",
+            vec![(0, 3)],
+            vec![(
+                "sync-in-step",
+                vec![0],
+                vec![(0, "DistributedDataParallel.forward → cudaEventSynchronize", 24)],
+            )],
+        ),
+        ("ns_resolution_trace", vec![(0, 5)], vec![]),
+        ("torch_2_15_cpu", vec![(0, 2), (0, 2)], vec![]),
+        (
+            "trace_filter",
+            vec![(0, 2), (1, 2)],
+            vec![
+                (
+                    "host-stall",
+                    vec![0, 1],
+                    vec![
+                        (0, "## backward ##", 32),
+                        (0, "(nothing recorded)", 9),
+                        (0, "Optimizer.step#Shampoo.step", 2),
+                        (0, "## sdd_preprocess_splits ##", 2),
+                        (0, "## optimizer ##", 2),
+                        (0, "## recmetrics_update ##", 2),
+                        (0, "Optimizer.step#EMAOptimizer.step", 1),
+                        (1, "## backward ##", 35),
+                        (1, "(nothing recorded)", 8),
+                        (1, "Optimizer.step#Shampoo.step", 3),
+                        (1, "## sdd_preprocess_splits ##", 2),
+                        (1, "## optimizer ##", 2),
+                    ],
+                ),
+                (
+                    "exposed-communication",
+                    vec![0, 1],
+                    vec![
+                        (
+                            0,
+                            "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
+                            10,
+                        ),
+                        (
+                            1,
+                            "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
+                            10,
+                        ),
+                    ],
+                ),
+            ],
+        ),
+        (
+            "triton_example",
+            vec![(0, 1)],
+            vec![
+                (
+                    "compiled-regions",
+                    vec![0],
+                    vec![(0, "triton_poi_fused_add_cos_sin_0", 1)],
+                ),
+                ("warmup-in-window", vec![0], vec![]),
+            ],
+        ),
+    ]
+}
+
+fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
+    v.sort();
+    v
+}
+
+#[test]
+fn doctor_findings_on_every_real_trace() {
+    use kinetrace_analysis::{doctor, DoctorOptions};
+    let base = shared_traces();
+    let mut dirs: Vec<String> = std::fs::read_dir(&base)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    dirs.sort();
+    let pins = doctor_pins();
+    let pinned: Vec<&str> = pins.iter().map(|p| p.0).collect();
+    assert_eq!(
+        dirs, pinned,
+        "every trace directory has its doctor findings pinned here"
+    );
+    for (dir, ranks, findings) in pins {
+        let (files, problems) = discover(&[base.join(dir)]);
+        let r = doctor(&files, problems, &DoctorOptions::default(), &|_| {});
+        assert!(r.problems.is_empty(), "{dir}: {:?}", r.problems);
+        let got_ranks: Vec<(i64, usize)> = r.ranks.iter().map(|x| (x.rank, x.steps)).collect();
+        assert_eq!(got_ranks, ranks, "{dir}");
+        // Evidence order follows times; compare it as a set so that only counts are pinned.
+        let got: Vec<PinnedFinding<'_>> = r
+            .findings
+            .iter()
+            .map(|f| {
+                (
+                    f.rule,
+                    f.ranks.clone(),
+                    sorted(
+                        f.evidence
+                            .iter()
+                            .map(|e| (e.rank, e.what.as_str(), e.count))
+                            .collect(),
+                    ),
+                )
+            })
+            .collect();
+        let want: Vec<PinnedFinding<'_>> = findings
+            .into_iter()
+            .map(|(rule, ranks, ev)| (rule, ranks, sorted(ev)))
+            .collect();
+        assert_eq!(got, want, "{dir}");
+        for f in &r.findings {
+            assert!(f.examples.len() <= 3, "{dir}: {}", f.rule);
+            if let Some(c) = f.cost_per_step_us {
+                assert!(c.0 > 0.0, "{dir}: {} has a cost of {}", f.rule, c.0);
+            }
+        }
+    }
+}
+
+#[test]
+fn doctor_reads_kinetraces_own_drop_counts() {
+    use kinetrace_analysis::{doctor, DoctorOptions};
+    // The golden trace kinetrace's writer produces, with `"dropped_events": {"cpu_ring": 0, "cupti": 2}`.
+    let golden =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/small_session.json");
+    let r = doctor(&[golden], Vec::new(), &DoctorOptions::default(), &|_| {});
+    assert!(r.problems.is_empty(), "{:?}", r.problems);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.rule == "trace-drops")
+        .expect("trace-drops");
+    let ev: Vec<(&str, u64)> = f
+        .evidence
+        .iter()
+        .map(|e| (e.what.as_str(), e.count))
+        .collect();
+    assert_eq!(ev, [("kinetrace dropped_events.cupti", 2)]);
+    assert_eq!(
+        f.summary,
+        "records were lost while capturing: kinetrace dropped 2 cupti records"
+    );
+}

@@ -2,7 +2,9 @@
 //! reader and every analysis without a panic (a panic would show as an "internal error" problem,
 //! since the loader catches them per file), and the temporal breakdown always adds up.
 
-use kinetrace_analysis::{analyze_sources, Options, Report, TraceSource};
+use kinetrace_analysis::{
+    analyze_sources, doctor_sources, DoctorOptions, DoctorReport, Options, Report, TraceSource,
+};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -22,6 +24,14 @@ fn analyze_bytes(bytes: Vec<u8>) -> Report {
     )
 }
 
+fn doctor_bytes(bytes: Vec<u8>) -> DoctorReport {
+    let src = TraceSource::Memory {
+        name: "fuzz.json".into(),
+        bytes,
+    };
+    doctor_sources(&[src], Vec::new(), &DoctorOptions { jobs: 1 }, &|_| {})
+}
+
 fn assert_no_internal_error(r: &Report) {
     for p in &r.problems {
         assert!(
@@ -33,8 +43,12 @@ fn assert_no_internal_error(r: &Report) {
     assert_eq!(r.ranks.len() + r.problems.len(), 1, "one outcome per file");
 }
 
-const NAMES: [&str; 9] = [
+const NAMES: [&str; 13] = [
     "ProfilerStep#1",
+    "cudaStreamSynchronize",
+    "aten::to",
+    "Optimizer.step#SGD.step",
+    "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
     "ProfilerStep#2",
     "ProfilerStep#3",
     "sm80_gemm",
@@ -120,6 +134,8 @@ proptest! {
 
     #[test]
     fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..2048)) {
+        let d = doctor_bytes(bytes.clone());
+        prop_assert_eq!(d.ranks.len() + d.problems.len(), 1);
         assert_no_internal_error(&analyze_bytes(bytes));
     }
 
@@ -151,7 +167,20 @@ proptest! {
             e["ts"].is_i64() && e.get("dur").is_none_or(|d| d.as_i64().is_some_and(|d| d >= 0))
         });
         let trace = json!({"distributedInfo": {"rank": rank}, "traceEvents": events});
-        let r = analyze_bytes(serde_json::to_vec(&trace).unwrap());
+        let bytes = serde_json::to_vec(&trace).unwrap();
+        // The doctor on the same trace: no panic, one outcome, sane costs.
+        let d = doctor_bytes(bytes.clone());
+        for p in &d.problems {
+            prop_assert!(!p.message.contains("internal error"), "panic inside the doctor: {}", p);
+        }
+        prop_assert_eq!(d.ranks.len() + d.problems.len(), 1);
+        for f in &d.findings {
+            if let Some(c) = f.cost_per_step_us {
+                prop_assert!(c.0.is_finite() && c.0 >= 0.0, "{:?}", f);
+            }
+            prop_assert!(f.examples.len() <= 3);
+        }
+        let r = analyze_bytes(bytes);
         assert_no_internal_error(&r);
         prop_assert_eq!(r.ranks.len(), 1);
         prop_assert_eq!(r.ranks[0].rank, rank);

@@ -29,13 +29,13 @@ fn json_keys(a: Analysis) -> &'static [&'static str] {
 }
 
 /// A one-line progress indicator on stderr, redrawn at most every 100 ms, only on a terminal.
-struct ProgressLine {
-    enabled: bool,
-    last: Mutex<Option<Instant>>,
+pub(crate) struct ProgressLine {
+    pub(crate) enabled: bool,
+    pub(crate) last: Mutex<Option<Instant>>,
 }
 
 impl ProgressLine {
-    fn update(&self, p: &Progress<'_>) {
+    pub(crate) fn update(&self, p: &Progress<'_>) {
         if !self.enabled {
             return;
         }
@@ -58,7 +58,7 @@ impl ProgressLine {
         );
     }
 
-    fn clear(&self) {
+    pub(crate) fn clear(&self) {
         if self.enabled {
             let _ = write!(io::stderr(), "\r\x1b[2K");
         }

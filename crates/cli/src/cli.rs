@@ -23,6 +23,12 @@ pub enum Command {
     /// Analyse Kineto traces (one file per rank): HolisticTraceAnalysis's numbers, in a fraction
     /// of the time.
     Analyze(AnalyzeArgs),
+    /// Find what costs time in Kineto traces and say what to do about it: findings, most costly
+    /// first, with evidence and the direction of the fix.
+    Doctor(DoctorArgs),
+    /// Compare two runs: per name, counts and durations in each and the change (HTA TraceDiff's
+    /// numbers and categories), the step time change, and where the time went.
+    Diff(DiffArgs),
     /// Run a command with GPU profiling (no code changes), then list the traces and summarise them.
     Record(crate::record::RecordArgs),
     /// Ask running kinetrace-enabled processes to capture now (on-demand profiling).
@@ -213,6 +219,155 @@ impl AnalyzeArgs {
     }
 }
 
+const DOCTOR_AFTER_HELP: &str = "\
+Each finding names the fault, its estimated cost per step, the evidence (ops, kernels, calls,
+ranks, with counts and times), two or three places to look at in Perfetto, and the direction of
+the fix. The rules, their thresholds and why: docs/doctor.md.
+
+The exit code is 0 whenever at least one trace was read, findings or not; 1 when none could be.
+
+EXAMPLES:
+  kinetrace doctor ./traces                  every rank in ./traces
+  kinetrace doctor rank0.json.gz --json      findings as JSON (layout in docs/doctor.md)";
+
+/// `kinetrace doctor`.
+#[derive(Debug, Args)]
+#[command(after_help = DOCTOR_AFTER_HELP)]
+pub struct DoctorArgs {
+    /// Trace directories (every *.json / *.gz file in them, one per rank) or trace files.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+
+    /// Print the findings as JSON on stdout instead of text.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Worker threads reading traces (default: one per CPU).
+    #[arg(short, long, value_name = "N")]
+    pub jobs: Option<usize>,
+
+    /// No progress indicator and no timing line (problems with files are still reported).
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// A validated `doctor` invocation.
+#[derive(Debug, Clone)]
+pub struct DoctorPlan {
+    /// Inputs.
+    pub paths: Vec<PathBuf>,
+    /// JSON instead of text.
+    pub json: bool,
+    /// Quiet.
+    pub quiet: bool,
+    /// Library options.
+    pub options: kinetrace_analysis::DoctorOptions,
+}
+
+impl DoctorArgs {
+    /// Checks the arguments and builds the plan.
+    pub fn plan(self) -> Result<DoctorPlan> {
+        if self.jobs == Some(0) {
+            bail!("--jobs must be at least 1 (leave it out for one per CPU)");
+        }
+        Ok(DoctorPlan {
+            paths: self.paths,
+            json: self.json,
+            quiet: self.quiet,
+            options: kinetrace_analysis::DoctorOptions {
+                jobs: self.jobs.unwrap_or(0),
+            },
+        })
+    }
+}
+
+const DIFF_AFTER_HELP: &str = "\
+Each side is a trace file or a directory of them (one per rank). Ranks are compared rank by rank
+(the ranks both sides have; one file each is compared whatever its rank), or all pooled with
+--pool. Names are grouped across categories and counted over every step (or one with --step), with
+durations on HTA's clock, so the numbers and the added / deleted / increased / decreased /
+unchanged categories can be checked against HTA's TraceDiff. Layout of --json: docs/diff.md.
+
+EXAMPLES:
+  kinetrace diff before/ after/              rank by rank, largest change first
+  kinetrace diff before/ after/ --pool       all ranks together
+  kinetrace diff a.json.gz b.json.gz --json";
+
+/// `kinetrace diff`.
+#[derive(Debug, Args)]
+#[command(after_help = DIFF_AFTER_HELP)]
+pub struct DiffArgs {
+    /// The base run: a trace file or a directory of them.
+    #[arg(value_name = "BASE")]
+    pub base: PathBuf,
+
+    /// The new run: a trace file or a directory of them.
+    #[arg(value_name = "NEW")]
+    pub new: PathBuf,
+
+    /// Compare all ranks of each side together instead of rank by rank.
+    #[arg(long)]
+    pub pool: bool,
+
+    /// Only this ProfilerStep number on both sides (kernels count in the step of their launch).
+    #[arg(long, value_name = "N")]
+    pub step: Option<i64>,
+
+    /// Print the comparison as JSON on stdout instead of tables.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Rows per table in the terminal (0: all).
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub top: usize,
+
+    /// Worker threads reading traces (default: one per CPU).
+    #[arg(short, long, value_name = "N")]
+    pub jobs: Option<usize>,
+
+    /// No progress indicator and no timing line.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// A validated `diff` invocation.
+#[derive(Debug, Clone)]
+pub struct DiffPlan {
+    /// Base side.
+    pub base: PathBuf,
+    /// New side.
+    pub new: PathBuf,
+    /// JSON instead of text.
+    pub json: bool,
+    /// Terminal rows per table (`usize::MAX` for all).
+    pub top: usize,
+    /// Quiet.
+    pub quiet: bool,
+    /// Library options.
+    pub options: kinetrace_analysis::DiffOptions,
+}
+
+impl DiffArgs {
+    /// Checks the arguments and builds the plan.
+    pub fn plan(self) -> Result<DiffPlan> {
+        if self.jobs == Some(0) {
+            bail!("--jobs must be at least 1 (leave it out for one per CPU)");
+        }
+        Ok(DiffPlan {
+            base: self.base,
+            new: self.new,
+            json: self.json,
+            top: if self.top == 0 { usize::MAX } else { self.top },
+            quiet: self.quiet,
+            options: kinetrace_analysis::DiffOptions {
+                jobs: self.jobs.unwrap_or(0),
+                pool: self.pool,
+                step: self.step,
+            },
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,6 +403,23 @@ mod tests {
         assert!(e.to_string().contains(".svg"), "{e}");
         assert!(parse(&["kinetrace", "analyze", "d", "--duration-ratio", "1.5"]).is_err());
         assert!(parse(&["kinetrace", "analyze", "d", "--jobs", "0"]).is_err());
+    }
+
+    #[test]
+    fn doctor_arguments() {
+        let cli = Cli::try_parse_from(["kinetrace", "doctor", "a", "b.json", "--json"]).unwrap();
+        let Command::Doctor(a) = cli.command else {
+            panic!("not doctor")
+        };
+        let p = a.plan().unwrap();
+        assert_eq!(p.paths.len(), 2);
+        assert!(p.json);
+        assert!(Cli::try_parse_from(["kinetrace", "doctor"]).is_err());
+        let cli = Cli::try_parse_from(["kinetrace", "doctor", "d", "-j", "0"]).unwrap();
+        let Command::Doctor(a) = cli.command else {
+            panic!("not doctor")
+        };
+        assert!(a.plan().is_err());
     }
 
     #[test]

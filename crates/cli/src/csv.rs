@@ -158,6 +158,10 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                         "mean_us",
                         "stddev",
                         "count",
+                        "launch_mean_us",
+                        "launch_min_us",
+                        "launch_max_us",
+                        "launch_stddev_us",
                     ],
                 );
                 for k in &report.kernel_breakdown {
@@ -171,6 +175,10 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                         num(k.mean_us.0),
                         num(k.stddev),
                         k.count.to_string(),
+                        num(k.launch_mean_us.0),
+                        num(k.launch_min_us.0),
+                        num(k.launch_max_us.0),
+                        num(k.launch_stddev_us.0),
                     ]);
                 }
                 files.push(c);

@@ -5,6 +5,8 @@
 mod analyze;
 mod cli;
 mod csv;
+mod diff;
+mod doctor;
 mod record;
 mod signals;
 mod svg;
@@ -20,6 +22,8 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let result = match cli.command {
         cli::Command::Analyze(args) => args.plan().and_then(analyze::run_analyze),
+        cli::Command::Doctor(args) => args.plan().and_then(doctor::run_doctor),
+        cli::Command::Diff(args) => args.plan().and_then(diff::run_diff),
         cli::Command::Record(args) => {
             // First of all: from here no signal can end kinetrace before it reached the command.
             let signals = signals::install();

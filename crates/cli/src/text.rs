@@ -160,13 +160,13 @@ fn kernel_types(r: &Report) -> Table {
 
 fn kernels(r: &Report) -> Table {
     let mut t = Table::new(
-        "Top kernels per type and rank (largest total first)",
+        "Top kernels per type and rank (largest total first; mean/min/max per launch)",
         &[
             ("rank", Align::Right),
             ("type", Align::Left),
             ("kernel", Align::Left),
             ("total", Align::Right),
-            ("count", Align::Right),
+            ("launches", Align::Right),
             ("mean", Align::Right),
             ("min", Align::Right),
             ("max", Align::Right),
@@ -181,9 +181,11 @@ fn kernels(r: &Report) -> Table {
             clip(&x.name, NAME_WIDTH),
             dur_us(x.sum_us.0),
             x.count.to_string(),
-            dur_us(x.mean_us.0),
-            dur_us(x.min_us.0),
-            dur_us(x.max_us.0),
+            // True per-launch statistics, not HTA's (which repeat the total for listed kernels
+            // once a type has more than `num_kernels` kernels; those stay in the JSON/CSV).
+            dur_us(x.launch_mean_us.0),
+            dur_us(x.launch_min_us.0),
+            dur_us(x.launch_max_us.0),
         ]);
     }
     t

@@ -164,3 +164,278 @@ fn usage_errors_exit_2() {
         );
     }
 }
+
+/// Three 10 ms steps; in each, `aten::item` blocks until the first kernel ends at 4 ms and the
+/// next launch comes at 6 ms, so the GPU idles 1.98 ms per step after the sync.
+fn trace_with_sync(rank: i64) -> Value {
+    let mut ev = Vec::new();
+    for step in 0..3i64 {
+        let s = 1_000_000 + step * 10_000;
+        let c = step * 10;
+        ev.push(json!({"ph": "X", "cat": "user_annotation", "name": format!("ProfilerStep#{}", step + 10), "pid": 1, "tid": 1, "ts": s, "dur": 10_000}));
+        ev.push(json!({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": s + 20, "dur": 5, "args": {"correlation": c}}));
+        ev.push(json!({"ph": "X", "cat": "kernel", "name": "sm80_gemm", "pid": 0, "tid": 7, "ts": s + 50, "dur": 3_950, "args": {"stream": 7, "correlation": c}}));
+        ev.push(json!({"ph": "X", "cat": "cpu_op", "name": "aten::item", "pid": 1, "tid": 1, "ts": s + 300, "dur": 3_800}));
+        ev.push(json!({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 1, "tid": 1, "ts": s + 320, "dur": 3_700, "args": {"correlation": c + 1}}));
+        ev.push(json!({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": s + 4_200, "dur": 5, "args": {"correlation": c + 2}}));
+        ev.push(json!({"ph": "X", "cat": "kernel", "name": "sm80_gemm", "pid": 0, "tid": 7, "ts": s + 6_000, "dur": 3_950, "args": {"stream": 7, "correlation": c + 2}}));
+        ev.push(json!({"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": s + 4_200, "dur": 1_790}));
+    }
+    json!({"distributedInfo": {"rank": rank}, "traceEvents": ev})
+}
+
+#[test]
+fn doctor_reports_findings_with_exit_code_0() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "rank0.json", &trace_with_sync(0));
+    write(dir.path(), "rank1.json", &trace_with_sync(1));
+    std::fs::write(dir.path().join("broken.json"), b"{\"traceEvents\": [").unwrap();
+    let out = kinetrace(&["doctor", dir.path().to_str().unwrap()]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.starts_with("2 traces read (ranks 0, 1), 6 steps: 1 finding"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("warning[sync-in-step]: Host syncs in the training step"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "cost: 1.98 ms per step (19.8% of the step) on rank 0, the worst of ranks 0, 1"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("aten::item → cudaStreamSynchronize"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("rank 0 at 0.320 ms: cudaStreamSynchronize (3.70 ms), ts 1000320.000"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("  fix: Keep values on the GPU"), "{stdout}");
+    let skipped: Vec<&str> = stderr.lines().filter(|l| l.contains("skipped")).collect();
+    assert_eq!(skipped.len(), 1, "{stderr}");
+    assert!(
+        skipped[0].contains("broken.json") && skipped[0].contains("at byte 17"),
+        "{stderr}"
+    );
+
+    let out = kinetrace(&[
+        "doctor",
+        "--json",
+        dir.path().join("rank1.json").to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["ranks"][0]["steps"], 3);
+    let f = &v["findings"][0];
+    assert_eq!(f["rule"], "sync-in-step");
+    assert_eq!(f["severity"], "warning");
+    assert_eq!(f["ranks"], json!([1]));
+    assert_eq!(f["cost_per_step_us"], 1980);
+    assert_eq!(f["evidence"][0]["count"], 3);
+    assert_eq!(f["examples"][0]["ts_us"], 1000320.0);
+    assert_eq!(f["per_step"], true);
+}
+
+#[test]
+fn doctor_without_findings_and_with_nothing_readable() {
+    let dir = tempfile::tempdir().unwrap();
+    // `trace`'s steps, numbered as steady-state steps (#11..#13): nothing to report.
+    let mut v = trace(0);
+    for e in v["traceEvents"].as_array_mut().unwrap() {
+        if let Some(n) = e["name"]
+            .as_str()
+            .and_then(|n| n.strip_prefix("ProfilerStep#"))
+        {
+            e["name"] = json!(format!("ProfilerStep#{}", 10 + n.parse::<i64>().unwrap()));
+        }
+    }
+    write(dir.path(), "rank0.json", &v);
+    let out = kinetrace(&["doctor", "-q", dir.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("no findings: none of the 16 rules fired"),
+        "{stdout}"
+    );
+    // As numbered (#1..#3), the window holds the process's first steps: one info finding.
+    write(dir.path(), "rank0.json", &trace(0));
+    let out = kinetrace(&["doctor", "-q", dir.path().to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("1 trace read (rank 0), 3 steps: 1 finding"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("info[warmup-in-window]"), "{stdout}");
+
+    let bad = dir.path().join("bad.json.gz");
+    std::fs::write(&bad, [0x1f, 0x8b, 8, 0, 0, 0]).unwrap();
+    let out = kinetrace(&["doctor", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("bad.json.gz"), "{stderr}");
+    assert!(stderr.contains("no trace could be read"), "{stderr}");
+}
+
+/// Per step: `big_gemm` launched 5 times (100 µs each) and ten other kernels once (10 µs), so one
+/// type has 11 kernels and HTA's re-aggregation over totals applies.
+fn trace_with_many_kernels() -> Value {
+    let mut ev = Vec::new();
+    let mut corr = 0;
+    for step in 0..3i64 {
+        let s = 1_000_000 + step * 10_000;
+        ev.push(json!({"ph": "X", "cat": "user_annotation", "name": format!("ProfilerStep#{}", step + 1), "pid": 1, "tid": 1, "ts": s, "dur": 10_000}));
+        let names: Vec<String> = std::iter::repeat_n("big_gemm".to_string(), 5)
+            .chain((0..10).map(|k| format!("small_kernel_{k}")))
+            .collect();
+        for (j, name) in names.iter().enumerate() {
+            corr += 1;
+            let j = j as i64;
+            let dur = if name == "big_gemm" { 100 } else { 10 };
+            ev.push(json!({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": s + 10 + j * 10, "dur": 5, "args": {"correlation": corr}}));
+            ev.push(json!({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": s + 1_000 + j * 200, "dur": dur, "args": {"stream": 7, "correlation": corr}}));
+        }
+    }
+    json!({"distributedInfo": {"rank": 0}, "traceEvents": ev})
+}
+
+#[test]
+fn kernel_table_shows_per_launch_statistics_json_keeps_htas() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "rank0.json", &trace_with_many_kernels());
+    let d = dir.path().to_str().unwrap();
+    let out = kinetrace(&["analyze", d, "--only", "kernels", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let big = v["kernel_breakdown"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "big_gemm")
+        .unwrap();
+    // Two steps count (HTA drops the last): 10 launches, 1000 µs. HTA's fields hold the total.
+    assert_eq!(
+        (
+            &big["sum_us"],
+            &big["mean_us"],
+            &big["min_us"],
+            &big["max_us"]
+        ),
+        (&json!(1000), &json!(1000), &json!(1000), &json!(1000))
+    );
+    assert_eq!(big["count"], 10);
+    assert_eq!(
+        (
+            &big["launch_mean_us"],
+            &big["launch_min_us"],
+            &big["launch_max_us"],
+            &big["launch_stddev_us"]
+        ),
+        (&json!(100), &json!(100), &json!(100), &json!(0))
+    );
+
+    let out = kinetrace(&["analyze", d, "--only", "kernels", "-q"]);
+    let stdout = text(&out.stdout);
+    let row = stdout
+        .lines()
+        .find(|l| l.contains("big_gemm"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let cells: Vec<&str> = row
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert_eq!(
+        cells,
+        [
+            "0",
+            "computation",
+            "big_gemm",
+            "1.00 ms",
+            "10",
+            "100 µs",
+            "100 µs",
+            "100 µs"
+        ],
+        "{stdout}"
+    );
+}
+
+#[test]
+fn diff_compares_two_runs_and_exits_1_when_nothing_matches() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    write(&a, "rank0.json", &trace(0));
+    write(&b, "rank0.json", &trace_with_sync(0));
+    let out = kinetrace(&["diff", a.to_str().unwrap(), b.to_str().unwrap(), "-q"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("rank 0: step time 1.00 ms → 10.00 ms (+9.00 ms, +900.0%)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("cudaStreamSynchronize"), "{stdout}");
+
+    let out = kinetrace(&["diff", a.to_str().unwrap(), b.to_str().unwrap(), "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    let c = &v["comparisons"][0];
+    let row = c["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "sm80_gemm")
+        .unwrap();
+    // Base: 3 × 400 µs; new: 6 × 3950 µs.
+    assert_eq!(
+        (
+            &row["control_counts"],
+            &row["test_counts"],
+            &row["diff_counts"]
+        ),
+        (&json!(3), &json!(6), &json!(3))
+    );
+    assert_eq!(row["diff_duration"], json!(6 * 3950 - 1200));
+    assert_eq!(row["counts_change_categories"], "+");
+    assert_eq!(row["category"], "increased");
+    assert_eq!(
+        c["ops_diff"],
+        json!({
+            "added": ["ProfilerStep#10", "ProfilerStep#11", "ProfilerStep#12", "aten::add",
+                      "aten::item", "cudaStreamSynchronize"],
+            "deleted": ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"],
+            "increased": ["cudaLaunchKernel", "sm80_gemm"],
+            "decreased": [],
+            "unchanged": []
+        })
+    );
+
+    // Different ranks on each side of a directory comparison: nothing in common.
+    write(&b, "rank0.json", &trace_with_sync(3));
+    write(&b, "rank4.json", &trace_with_sync(4));
+    let out = kinetrace(&["diff", a.to_str().unwrap(), b.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("rank 0 is only on the base side"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing to compare"), "{stderr}");
+    // Pooled, they compare.
+    let out = kinetrace(&[
+        "diff",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "--pool",
+        "-q",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("all ranks pooled"));
+}
