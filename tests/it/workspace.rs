@@ -4,8 +4,9 @@ use std::path::Path;
 
 /// (package, kinetrace packages it may depend on: normal and build dependencies).
 ///
-/// The direction: core ← export ← analysis; core, cupti-sys ← cupti; the facade (`kinetrace`) →
-/// core, export, cupti; the injected-process runtime (`kinetrace-agent`) → facade (+ core, export);
+/// The direction: core ← export ← analysis; core, cupti-sys ← cupti; core, export ← dynolog (the
+/// dynolog client); the facade (`kinetrace`) → core, export, cupti, dynolog; the injected-process
+/// runtime (`kinetrace-agent`) → facade (+ core, export);
 /// the shim (`kinetrace-preload`) → agent only; the cli → agent, facade, analysis (+ core, export).
 /// Nothing depends on cli or preload, and only tests depend on the test doubles.
 const ALLOWED: &[(&str, &[&str])] = &[
@@ -27,8 +28,14 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     (
         "kinetrace",
-        &["kinetrace-core", "kinetrace-export", "kinetrace-cupti"],
+        &[
+            "kinetrace-core",
+            "kinetrace-export",
+            "kinetrace-cupti",
+            "kinetrace-dynolog",
+        ],
     ),
+    ("kinetrace-dynolog", &["kinetrace-core", "kinetrace-export"]),
     (
         "kinetrace-agent",
         &["kinetrace", "kinetrace-core", "kinetrace-export"],
@@ -67,6 +74,7 @@ const DEV_ALLOWED: &[(&str, &[&str])] = &[
         &["kinetrace-test-support", "kinetrace-fake-cupti"],
     ),
     ("kinetrace-fake-cupti", &[]),
+    ("kinetrace-dynolog", &[]),
     (
         "kinetrace-preload",
         &[
