@@ -441,6 +441,17 @@ fn malformed_requests_and_missing_opt_ins_are_one_line_each() {
             assert_eq!(lines.with("dynolog").len(), 1, "{:?}", lines.all());
             assert!(lines.all()[0].contains("KINETO_USE_DAEMON is not set"));
             p.stop();
+            // A malformed switch fails start(), naming it.
+            std::env::set_var("KINETRACE_DYNOLOG", "maybe");
+            let e = Profiler::builder()
+                .cpu_only()
+                .start()
+                .err()
+                .expect("refused");
+            assert_eq!(
+                e.to_string(),
+                "invalid `KINETRACE_DYNOLOG`: `maybe` is not a switch; expected 1, 0, true or false"
+            );
         },
     );
 }

@@ -153,3 +153,43 @@ fn a_shimmed_job_without_a_daemon_runs_on_with_one_line() {
     );
     assert!(w.traces().is_empty());
 }
+
+/// A copy of a harmless shared library named `libkineto.so`, so that the process's maps show
+/// libkineto as a PyTorch process's do.
+fn fake_libkineto(w: &World) -> PathBuf {
+    let p = w.tmp.path().join("libkineto.so");
+    std::fs::copy(fake_cupti(), &p).unwrap();
+    p
+}
+
+#[test]
+fn with_libkineto_polling_kinetrace_steps_back_and_without_it_polls_alone() {
+    let w = World::new();
+    let name = format!("kinetrace-preload-{}-libkineto", std::process::id());
+    let daemon = FakeDynolog::abstract_name(&name);
+    let preload = format!("{}:{}", w.shim.display(), fake_libkineto(&w).display());
+    // libkineto mapped and KINETO_USE_DAEMON set: libkineto polls, kinetrace does not.
+    let (job, _) = job(&w, "libkineto", 40, &[("LD_PRELOAD", &preload)]);
+    let out = job.wait();
+    assert_eq!(out.status.code(), Some(0), "log:\n{}", w.log_text());
+    assert!(daemon.polls().is_empty(), "{}", daemon.seen());
+    let said = dynolog_lines(&w);
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].contains("libkineto in this process polls the daemon"),
+        "{said:?}"
+    );
+    // libkineto mapped without KINETO_USE_DAEMON (a PyTorch job that did not opt libkineto in):
+    // KINETRACE_DYNOLOG=1 alone makes kinetrace poll.
+    let w2 = World::new();
+    let mut c = w2.preloaded(&w2.train, &["40", "--cuda", "--sleep-ms", "10"]);
+    c.env("LD_PRELOAD", &preload)
+        .env("KINETRACE_DYNOLOG", "1")
+        .env("KINETRACE_DYNOLOG_INTERVAL", "100ms")
+        .env("SLURM_JOB_ID", "31337")
+        .env("_KINETRACE_TEST_DYNOLOG_NAME", &name);
+    let out = Job::spawn(c).show(&w2.log).wait();
+    assert_eq!(out.status.code(), Some(0), "log:\n{}", w2.log_text());
+    assert!(!daemon.polls().is_empty(), "log:\n{}", w2.log_text());
+    assert!(dynolog_lines(&w2).is_empty(), "{:?}", dynolog_lines(&w2));
+}
