@@ -115,17 +115,22 @@ impl Endpoint {
         r.map(|_| ())
     }
 
-    /// Waits up to `wait` for the daemon's reply.
+    /// Waits up to `wait` for the daemon's reply (`wait` zero: only what is queued already).
     pub fn receive(&mut self, wait: Duration) -> io::Result<Reply> {
         let end = Instant::now() + wait;
         loop {
             let left = end.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(Reply::None);
-            }
-            self.socket.set_read_timeout(Some(left))?;
-            let n = match self.socket.recv(&mut self.buf) {
-                Ok(n) => n,
+            let got = if left.is_zero() {
+                self.socket.set_nonblocking(true)?;
+                let r = self.socket.recv_from(&mut self.buf);
+                self.socket.set_nonblocking(false)?;
+                r
+            } else {
+                self.socket.set_read_timeout(Some(left))?;
+                self.socket.recv_from(&mut self.buf)
+            };
+            let (n, from) = match got {
+                Ok(x) => x,
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -137,6 +142,13 @@ impl Endpoint {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             };
+            // Any local process can send to an abstract name: only the daemon's datagrams count.
+            if !same_address(&from, &self.daemon) {
+                return Ok(Reply::Malformed(format!(
+                    "a datagram from {}, not from the daemon",
+                    describe_addr(&from)
+                )));
+            }
             return Ok(match wire::decode(&self.buf[..n]) {
                 Ok((wire::REQ, payload)) => match std::str::from_utf8(payload) {
                     Ok(t) => Reply::Config(t.to_string()),
@@ -147,13 +159,23 @@ impl Endpoint {
             });
         }
     }
+}
 
-    /// Drops datagrams already queued (a late reply to an earlier poll).
-    pub fn drain(&mut self) {
-        if self.socket.set_nonblocking(true).is_ok() {
-            while self.socket.recv(&mut self.buf).is_ok() {}
-            let _ = self.socket.set_nonblocking(false);
-        }
+fn same_address(a: &SocketAddr, b: &SocketAddr) -> bool {
+    match (a.as_abstract_name(), b.as_abstract_name()) {
+        (Some(x), Some(y)) => x == y,
+        (None, None) => a.as_pathname().is_some() && a.as_pathname() == b.as_pathname(),
+        _ => false,
+    }
+}
+
+fn describe_addr(a: &SocketAddr) -> String {
+    if let Some(n) = a.as_abstract_name() {
+        format!("@{}", String::from_utf8_lossy(n).trim_end_matches('\0'))
+    } else if let Some(p) = a.as_pathname() {
+        p.display().to_string()
+    } else {
+        "an unnamed socket".to_string()
     }
 }
 
@@ -206,14 +228,29 @@ mod tests {
             client.receive(Duration::from_secs(5)).unwrap(),
             Reply::Config("A=1".into())
         );
+        let stranger = UnixDatagram::unbound().unwrap();
+        stranger
+            .send_to_addr(&wire::encode(wire::REQ, b"B=2"), &from)
+            .unwrap();
+        assert_eq!(
+            client.receive(Duration::from_secs(5)).unwrap(),
+            Reply::Malformed("a datagram from an unnamed socket, not from the daemon".into())
+        );
         daemon.send_to_addr(b"junk", &from).unwrap();
         assert!(matches!(
             client.receive(Duration::from_secs(5)).unwrap(),
             Reply::Malformed(_)
         ));
-        assert_eq!(
-            client.receive(Duration::from_millis(20)).unwrap(),
-            Reply::None
-        );
+        assert_eq!(client.receive(Duration::ZERO).unwrap(), Reply::None);
+        daemon
+            .send_to_addr(&wire::encode(wire::REQ, b""), &from)
+            .unwrap();
+        let queued = Instant::now() + Duration::from_secs(5);
+        let mut got = client.receive(Duration::ZERO).unwrap();
+        while got == Reply::None && Instant::now() < queued {
+            std::thread::sleep(Duration::from_millis(5));
+            got = client.receive(Duration::ZERO).unwrap();
+        }
+        assert_eq!(got, Reply::Config(String::new()));
     }
 }

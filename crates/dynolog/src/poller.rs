@@ -223,7 +223,14 @@ fn run(session: &SessionHandle, s: &Settings, log: &LogFn, stop: &AtomicBool) {
             return;
         };
         let kind = if busy(&status) { 0 } else { wire::ACTIVITIES };
-        ep.drain();
+        // A reply that came after its poll's wait may hold a request the daemon has handed out:
+        // take it now rather than lose it.
+        loop {
+            match ep.receive(Duration::ZERO) {
+                Ok(Reply::None) | Err(_) => break,
+                Ok(r) => on_reply(r, session, s, log, &mut said_garbage),
+            }
+        }
         let poll = wire::encode(wire::REQ, &wire::request_payload(kind, s.job_id, &pids));
         match ep.send(&poll) {
             Err(e) => {
@@ -238,21 +245,7 @@ fn run(session: &SessionHandle, s: &Settings, log: &LogFn, stop: &AtomicBool) {
                 }
             }
             Ok(()) => match ep.receive(REPLY_WAIT) {
-                Ok(Reply::Config(text)) => {
-                    said_garbage = false;
-                    if !text.trim().is_empty() {
-                        handle(session, s, log, &text);
-                    }
-                }
-                Ok(Reply::Malformed(why)) => {
-                    if !said_garbage {
-                        said_garbage = true;
-                        log(&format!(
-                            "dynolog: ignored a malformed reply from the daemon: {why}"
-                        ));
-                    }
-                }
-                Ok(Reply::None) => {}
+                Ok(r) => on_reply(r, session, s, log, &mut said_garbage),
                 Err(e) => {
                     log(&format!(
                         "dynolog: cannot read from the client socket: {e}; dynolog requests are off"
@@ -269,6 +262,27 @@ fn run(session: &SessionHandle, s: &Settings, log: &LogFn, stop: &AtomicBool) {
             }
             std::thread::park_timeout(left.min(SLICE));
         }
+    }
+}
+
+/// Acts on one reply: a request is handled, garbage said once until a good reply comes.
+fn on_reply(r: Reply, session: &SessionHandle, s: &Settings, log: &LogFn, said_garbage: &mut bool) {
+    match r {
+        Reply::Config(text) => {
+            *said_garbage = false;
+            if !text.trim().is_empty() {
+                handle(session, s, log, &text);
+            }
+        }
+        Reply::Malformed(why) => {
+            if !*said_garbage {
+                *said_garbage = true;
+                log(&format!(
+                    "dynolog: ignored a malformed reply from the daemon: {why}"
+                ));
+            }
+        }
+        Reply::None => {}
     }
 }
 
