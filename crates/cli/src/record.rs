@@ -83,6 +83,9 @@ pub struct RecordArgs {
     /// Do not listen for `kinetrace trigger`.
     #[arg(long)]
     pub no_control: bool,
+    /// Answer dynolog's `dyno gputrace` (polls the node's daemon; see docs/record.md).
+    #[arg(long)]
+    pub dynolog: bool,
     /// Do not install the PyTorch optimizer step hook (for jobs that call kinetrace.step()).
     #[arg(long)]
     pub no_optimizer_hook: bool,
@@ -178,6 +181,7 @@ impl RecordArgs {
         opt("KINETRACE_MEMORY", self.memory.then(|| "1".into()));
         opt("KINETRACE_GZIP", self.gzip.then(|| "1".into()));
         opt("KINETRACE_CONTROL", self.no_control.then(|| "0".into()));
+        opt("KINETRACE_DYNOLOG", self.dynolog.then(|| "1".into()));
         opt(
             "KINETRACE_OPTIMIZER_HOOK",
             self.no_optimizer_hook.then(|| "0".into()),
@@ -594,6 +598,7 @@ mod tests {
                 "0,8",
                 "--gzip",
                 "--memory",
+                "--dynolog",
                 "--step-nvtx",
                 "train_step*",
                 "-o",
@@ -616,6 +621,7 @@ mod tests {
         assert_eq!(get(&p, "KINETRACE_RANKS"), Some("0,8"));
         assert_eq!(get(&p, "KINETRACE_GZIP"), Some("1"));
         assert_eq!(get(&p, "KINETRACE_MEMORY"), Some("1"));
+        assert_eq!(get(&p, "KINETRACE_DYNOLOG"), Some("1"));
         assert_eq!(get(&p, "KINETRACE_STEP_NVTX"), Some("train_step*"));
         assert_eq!(get(&p, "KINETRACE_OUTPUT_DIR"), Some("/work/out"));
         assert_eq!(get(&p, "KINETRACE_WHOLE_RUN"), None);
