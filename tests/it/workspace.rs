@@ -7,7 +7,8 @@ use std::path::Path;
 /// The direction: core ← export ← analysis; core, cupti-sys ← cupti; core, export ← dynolog (the
 /// dynolog client); the facade (`kinetrace`) → core, export, cupti, dynolog; the injected-process
 /// runtime (`kinetrace-agent`) → facade (+ core, export);
-/// the shim (`kinetrace-preload`) → agent only; the cli → agent, facade, analysis (+ core, export).
+/// the shim (`kinetrace-preload`) → agent only; the cli → agent, facade, analysis, perfetto (+ core,
+/// export).
 /// Nothing depends on cli or preload, and only tests depend on the test doubles.
 const ALLOWED: &[(&str, &[&str])] = &[
     ("kinetrace-core", &[]),
@@ -22,6 +23,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "kinetrace-agent",
             "kinetrace",
             "kinetrace-analysis",
+            "kinetrace-perfetto",
             "kinetrace-export",
             "kinetrace-core",
         ],
@@ -36,6 +38,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
     ("kinetrace-dynolog", &["kinetrace-core", "kinetrace-export"]),
+    // The Perfetto format: JSON in, protobuf out, no kinetrace dependency.
+    ("kinetrace-perfetto", &[]),
     (
         "kinetrace-agent",
         &["kinetrace", "kinetrace-core", "kinetrace-export"],
@@ -75,6 +79,7 @@ const DEV_ALLOWED: &[(&str, &[&str])] = &[
     ),
     ("kinetrace-fake-cupti", &[]),
     ("kinetrace-dynolog", &[]),
+    ("kinetrace-perfetto", &[]),
     (
         "kinetrace-preload",
         &[

@@ -1,0 +1,44 @@
+//! Converts a Kineto trace to `.pftrace` and prints sizes and times (parse and encode apart), for
+//! docs/benchmarks.md: `cargo run --release -p kinetrace-perfetto --example convert_timed -- IN OUT`.
+
+use std::io::Read;
+use std::time::Instant;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (input, output) = (&args[1], &args[2]);
+    let mut text = Vec::new();
+    let f = std::fs::File::open(input).expect("input");
+    if input.ends_with(".gz") {
+        flate2::read::GzDecoder::new(f)
+            .read_to_end(&mut text)
+            .expect("gunzip");
+    } else {
+        std::io::BufReader::new(f)
+            .read_to_end(&mut text)
+            .expect("read");
+    }
+    let best = |f: &mut dyn FnMut()| {
+        (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed().as_secs_f64()
+            })
+            .fold(f64::MAX, f64::min)
+    };
+    let mut doc = serde_json::Value::Null;
+    let parse = best(&mut || doc = serde_json::from_slice(&text).expect("json"));
+    let mut out = Vec::new();
+    let encode = best(&mut || out = kinetrace_perfetto::convert(&doc).expect("convert").0);
+    std::fs::write(output, &out).expect("write");
+    println!(
+        "json {} bytes, pftrace {} bytes ({:.2}x), parse {:.1} ms, encode {:.1} ms ({:.0} MB/s of JSON)",
+        text.len(),
+        out.len(),
+        out.len() as f64 / text.len() as f64,
+        parse * 1e3,
+        encode * 1e3,
+        text.len() as f64 / encode / 1e6
+    );
+}
