@@ -5,12 +5,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use kinetrace_core::activity::Activity;
 use kinetrace_core::schedule::{ProfilerAction, Schedule, ScheduleError, TimeWindow};
 use kinetrace_core::session::{
     CapturePlan, CaptureRefused, CaptureRequest, LogFn, SessionConfig, SessionStatus,
     TraceReadyCallback, Trigger,
 };
-use kinetrace_core::{ActivitySet, ActivitySource, Session, SessionError, TraceOutput};
+use kinetrace_core::{
+    ActivitySet, ActivitySource, Session, SessionError, Sink, SinkFactory, TraceMeta, TraceOutput,
+    WindowInfo,
+};
 use kinetrace_export::TraceDir;
 
 use crate::env::{Distributed, EnvError};
@@ -205,6 +209,7 @@ pub struct ProfilerBuilder {
     log: Option<LogFn>,
     dynolog: Option<bool>,
     dynolog_interval: Option<Duration>,
+    perfetto: bool,
     errors: Vec<Error>,
 }
 
@@ -229,6 +234,7 @@ impl Default for ProfilerBuilder {
             log: None,
             dynolog: None,
             dynolog_interval: None,
+            perfetto: false,
             errors: Vec::new(),
         }
     }
@@ -424,6 +430,14 @@ impl ProfilerBuilder {
         self
     }
 
+    /// Also write each trace in Perfetto's native format, `x.pt.trace.pftrace` beside
+    /// `x.pt.trace.json[.gz]` (converted from the JSON once it is written, on the collector thread;
+    /// captures asked for with their own sinks get no twin). A conversion that fails is one log line.
+    pub fn perfetto(mut self, yes: bool) -> Self {
+        self.perfetto = yes;
+        self
+    }
+
     /// Starts the profiler. Fails on a malformed setting (naming it), a malformed `RANK`,
     /// `LOCAL_RANK` or `WORLD_SIZE` that was not given explicitly, or another profiler running in
     /// this process.
@@ -483,8 +497,16 @@ impl ProfilerBuilder {
         if add_gpu {
             sources.push(gpu::source(&self.gpu_settings, &log));
         }
-        let session = Session::start(config, sources, Box::new(target), self.on_trace_ready)
-            .map_err(Error::Session)?;
+        let sinks: Box<dyn SinkFactory> = if self.perfetto {
+            Box::new(PerfettoTwin {
+                inner: target,
+                log: log.clone(),
+            })
+        } else {
+            Box::new(target)
+        };
+        let session =
+            Session::start(config, sources, sinks, self.on_trace_ready).map_err(Error::Session)?;
         let dynolog = dynolog
             .then(|| {
                 let mut settings = kinetrace_dynolog::Settings::from_env();
@@ -516,5 +538,54 @@ fn env_flag(key: &str) -> Result<bool, Error> {
             key: key.to_string(),
             message: format!("`{other}` is not a switch; expected 1, 0, true or false"),
         }),
+    }
+}
+
+/// The session's trace directory, with a `.pftrace` twin written after each JSON trace.
+struct PerfettoTwin {
+    inner: TraceDir,
+    log: LogFn,
+}
+
+impl SinkFactory for PerfettoTwin {
+    fn open(&mut self, window: &WindowInfo) -> std::io::Result<Box<dyn Sink>> {
+        Ok(Box::new(TwinSink {
+            inner: self.inner.open(window)?,
+            log: self.log.clone(),
+        }))
+    }
+}
+
+struct TwinSink {
+    inner: Box<dyn Sink>,
+    log: LogFn,
+}
+
+impl Sink for TwinSink {
+    fn record(&mut self, activity: &Activity) -> std::io::Result<()> {
+        self.inner.record(activity)
+    }
+
+    fn finish(self: Box<Self>, meta: &TraceMeta) -> std::io::Result<TraceOutput> {
+        let out = self.inner.finish(meta)?;
+        if let Some(json) = &out.path {
+            let name = json
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let stem = name
+                .strip_suffix(".json.gz")
+                .or_else(|| name.strip_suffix(".json"))
+                .unwrap_or(&name);
+            let twin = json.with_file_name(format!("{stem}.pftrace"));
+            if let Err(e) = kinetrace_perfetto::convert_file(json, &twin) {
+                (self.log)(&format!("no .pftrace twin: {e}"));
+            }
+        }
+        Ok(out)
+    }
+
+    fn discard(self: Box<Self>) {
+        self.inner.discard()
     }
 }

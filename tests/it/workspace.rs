@@ -5,8 +5,8 @@ use std::path::Path;
 /// (package, kinetrace packages it may depend on: normal and build dependencies).
 ///
 /// The direction: core ← export ← analysis; core, cupti-sys ← cupti; core, export ← dynolog (the
-/// dynolog client); the facade (`kinetrace`) → core, export, cupti, dynolog; the injected-process
-/// runtime (`kinetrace-agent`) → facade (+ core, export);
+/// dynolog client); the facade (`kinetrace`) → core, export, cupti, dynolog, perfetto; the
+/// injected-process runtime (`kinetrace-agent`) → facade (+ core, export);
 /// the shim (`kinetrace-preload`) → agent only; the cli → agent, facade, analysis, perfetto (+ core,
 /// export).
 /// Nothing depends on cli or preload, and only tests depend on the test doubles.
@@ -35,6 +35,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "kinetrace-export",
             "kinetrace-cupti",
             "kinetrace-dynolog",
+            "kinetrace-perfetto",
         ],
     ),
     ("kinetrace-dynolog", &["kinetrace-core", "kinetrace-export"]),
