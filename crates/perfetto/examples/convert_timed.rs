@@ -1,4 +1,4 @@
-//! Converts a Kineto trace to `.pftrace` and prints sizes and times (parse and encode apart), for
+//! Converts a Kineto trace to `.pftrace` and prints sizes and times (parse and encode together), for
 //! docs/benchmarks.md: `cargo run --release -p kinetrace-perfetto --example convert_timed -- IN OUT`.
 
 use std::io::Read;
@@ -27,18 +27,15 @@ fn main() {
             })
             .fold(f64::MAX, f64::min)
     };
-    let mut doc = serde_json::Value::Null;
-    let parse = best(&mut || doc = serde_json::from_slice(&text).expect("json"));
     let mut out = Vec::new();
-    let encode = best(&mut || out = kinetrace_perfetto::convert(&doc).expect("convert").0);
+    let total = best(&mut || out = kinetrace_perfetto::convert(&text).expect("convert").0);
     std::fs::write(output, &out).expect("write");
     println!(
-        "json {} bytes, pftrace {} bytes ({:.2}x), parse {:.1} ms, encode {:.1} ms ({:.0} MB/s of JSON)",
+        "json {} bytes, pftrace {} bytes ({:.2}x), convert (parse + encode) {:.1} ms ({:.0} MB/s of JSON)",
         text.len(),
         out.len(),
         out.len() as f64 / text.len() as f64,
-        parse * 1e3,
-        encode * 1e3,
-        text.len() as f64 / encode / 1e6
+        total * 1e3,
+        text.len() as f64 / total / 1e6
     );
 }

@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::proto::{annotation, event, interned, packet, track, Msg, TRACE_PACKET};
@@ -204,21 +205,102 @@ fn annotations(te: &mut Msg, args: Option<&Value>) {
     }
 }
 
-/// Converts a parsed Kineto document. Timestamps are written in nanoseconds since the Unix epoch
-/// (`baseTimeNanoseconds` plus `ts`).
-pub fn convert(doc: &Value) -> Result<(Vec<u8>, Stats), ConvertError> {
-    let events = doc
-        .get("traceEvents")
-        .and_then(Value::as_array)
-        .ok_or_else(|| ConvertError("no `traceEvents` array: not a Kineto trace".into()))?;
-    let base = doc
-        .get("baseTimeNanoseconds")
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
-    let ns = |v: Option<&Value>| -> Option<u64> {
-        let us = v?.as_f64()?;
-        Some((base as i128 + (us * 1000.0).round() as i128).max(0) as u64)
+/// Hidden keys the parser adds to each event: its start and length in exact nanoseconds (Unix
+/// epoch), read from the number's text (an `f64` cannot hold an absolute µs time to the ns: Kineto's
+/// 2024 traces write `1712195495519689.047`).
+const TS_NS: &str = "\u{0}ts_ns";
+const DUR_NS: &str = "\u{0}dur_ns";
+
+/// A time in µs, as written (`123`, `123.456789`, `"123.4"`, `1.5e3`), in ns: exact for decimal
+/// forms (rounded half up past the third decimal), through `f64` for exponent forms.
+fn us_text_to_ns(text: &str) -> Option<i128> {
+    let t = text.trim().trim_matches('"');
+    if t.contains(['e', 'E']) {
+        let us: f64 = t.parse().ok()?;
+        return Some((us * 1000.0).round() as i128);
+    }
+    let (neg, t) = match t.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, t),
     };
+    let (int, frac) = t.split_once('.').unwrap_or((t, ""));
+    if int.is_empty() && frac.is_empty() {
+        return None;
+    }
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(int) || !digits(frac) {
+        return None;
+    }
+    let mut ns: i128 = if int.is_empty() { 0 } else { int.parse().ok()? };
+    ns = ns.checked_mul(1000)?;
+    let f = frac.as_bytes();
+    let mut sub = 0i128;
+    for k in 0..3 {
+        sub = sub * 10 + f.get(k).map_or(0, |b| i128::from(b - b'0'));
+    }
+    if f.get(3).is_some_and(|b| *b >= b'5') {
+        sub += 1;
+    }
+    ns += sub;
+    Some(if neg { -ns } else { ns })
+}
+
+/// Converts a Kineto document (its JSON text). Timestamps are written in nanoseconds since the Unix
+/// epoch (`baseTimeNanoseconds` plus `ts`), exactly as the text gives them.
+pub fn convert(json: &[u8]) -> Result<(Vec<u8>, Stats), ConvertError> {
+    #[derive(serde::Deserialize)]
+    struct Top<'a> {
+        #[serde(rename = "traceEvents", borrow, default)]
+        events: Option<Vec<&'a RawValue>>,
+        #[serde(rename = "baseTimeNanoseconds", default)]
+        base: Option<Value>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Times<'a> {
+        #[serde(borrow, default)]
+        ts: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        dur: Option<&'a RawValue>,
+    }
+    let bad = |e: serde_json::Error| ConvertError(format!("not a Kineto trace: {e}"));
+    let top: Top<'_> = serde_json::from_slice(json).map_err(bad)?;
+    let raw = top
+        .events
+        .ok_or_else(|| ConvertError("no `traceEvents` array: not a Kineto trace".into()))?;
+    let base = top
+        .base
+        .and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()))
+        .unwrap_or(0);
+    let mut events = Vec::with_capacity(raw.len());
+    for r in raw {
+        let mut v: Value = serde_json::from_str(r.get()).map_err(bad)?;
+        let t: Times<'_> = serde_json::from_str(r.get()).unwrap_or(Times {
+            ts: None,
+            dur: None,
+        });
+        if let Value::Object(m) = &mut v {
+            if let Some(ts) = t.ts.and_then(|x| us_text_to_ns(x.get())) {
+                let at = (i128::from(base) + ts).clamp(0, i128::from(u64::MAX)) as u64;
+                m.insert(TS_NS.into(), Value::from(at));
+            }
+            if let Some(d) = t.dur.and_then(|x| us_text_to_ns(x.get())) {
+                m.insert(
+                    DUR_NS.into(),
+                    Value::from(d.clamp(0, i128::from(u64::MAX)) as u64),
+                );
+            }
+        }
+        events.push(v);
+    }
+    convert_events(&events)
+}
+
+/// The exact start of an event (see [`TS_NS`]).
+fn ts_of(ev: &Value) -> Option<u64> {
+    ev.get(TS_NS).and_then(Value::as_u64)
+}
+
+fn convert_events(events: &[Value]) -> Result<(Vec<u8>, Stats), ConvertError> {
     let mut stats = Stats::default();
     let mut skipped: HashMap<String, usize> = HashMap::new();
     let mut process_names: HashMap<Id, String> = HashMap::new();
@@ -251,14 +333,11 @@ pub fn convert(doc: &Value) -> Result<(Vec<u8>, Stats), ConvertError> {
                 }
             }
             "X" => {
-                let (Some(start), dur) = (ns(ev.get("ts")), ev.get("dur")) else {
+                let Some(start) = ts_of(ev) else {
                     *skipped.entry("X without ts".into()).or_default() += 1;
                     continue;
                 };
-                let dur_ns = dur
-                    .and_then(Value::as_f64)
-                    .map(|d| (d * 1000.0).round().max(0.0) as u64)
-                    .unwrap_or(0);
+                let dur_ns = ev.get(DUR_NS).and_then(Value::as_u64).unwrap_or(0);
                 if ev
                     .get("cat")
                     .and_then(Value::as_str)
@@ -290,7 +369,7 @@ pub fn convert(doc: &Value) -> Result<(Vec<u8>, Stats), ConvertError> {
         // Outer slices first at equal starts, so that inner ones nest in them.
         row.sort_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
     }
-    stats.flows = bind_flows(&flow_ends, &mut rows, &ns);
+    stats.flows = bind_flows(&flow_ends, &mut rows);
 
     let mut w = Writer {
         out: Vec::new(),
@@ -376,7 +455,7 @@ pub fn convert(doc: &Value) -> Result<(Vec<u8>, Stats), ConvertError> {
     // Instants go on their row's first lane, in time order with its slices.
     let mut row_instants: HashMap<(Id, Id), Vec<(u64, &Value)>> = HashMap::new();
     for (key, ev) in &instants {
-        if let Some(ts) = ns(ev.get("ts")) {
+        if let Some(ts) = ts_of(ev) {
             row_instants.entry(key.clone()).or_default().push((ts, *ev));
         }
     }
@@ -458,7 +537,7 @@ pub fn convert(doc: &Value) -> Result<(Vec<u8>, Stats), ConvertError> {
     }
     let mut counter_uuid: HashMap<(Id, String), u64> = HashMap::new();
     for (pid, ev) in &counters {
-        let Some(ts) = ns(ev.get("ts")) else { continue };
+        let Some(ts) = ts_of(ev) else { continue };
         let name = ev.get("name").and_then(Value::as_str).unwrap_or("counter");
         let Some(Value::Object(args)) = ev.get("args") else {
             continue;
@@ -555,16 +634,12 @@ fn deal_into_lanes(row: &[Slice<'_>]) -> Vec<Vec<usize>> {
 /// Attaches each flow (`s` → `f`, matched by category and id) to the slice enclosing its end on
 /// its row: `flow_ids` where it starts, `terminating_flow_ids` where it ends. Returns how many
 /// flows got both ends.
-fn bind_flows(
-    ends: &[((Id, Id), &Value)],
-    rows: &mut HashMap<(Id, Id), Vec<Slice<'_>>>,
-    ns: &dyn Fn(Option<&Value>) -> Option<u64>,
-) -> usize {
+fn bind_flows(ends: &[((Id, Id), &Value)], rows: &mut HashMap<(Id, Id), Vec<Slice<'_>>>) -> usize {
     // (category, id) → (start slice, end slice).
     type End = ((Id, Id), usize);
     let mut pairs: HashMap<(String, String), (Option<End>, Option<End>)> = HashMap::new();
     for (key, ev) in ends {
-        let Some(ts) = ns(ev.get("ts")) else { continue };
+        let Some(ts) = ts_of(ev) else { continue };
         let Some(row) = rows.get(key) else { continue };
         // The innermost slice containing ts: the last one starting at or before it that ends after.
         let upto = row.partition_point(|s| s.start <= ts);
@@ -618,6 +693,36 @@ mod tests {
     }
 
     #[test]
+    fn times_are_read_exactly_from_the_text() {
+        assert_eq!(
+            us_text_to_ns("1712195495519689.047"),
+            Some(1_712_195_495_519_689_047)
+        );
+        assert_eq!(us_text_to_ns("5.5"), Some(5500));
+        assert_eq!(us_text_to_ns("7"), Some(7000));
+        assert_eq!(us_text_to_ns("0.0004"), Some(0));
+        assert_eq!(us_text_to_ns("0.0005"), Some(1));
+        assert_eq!(us_text_to_ns("\"12.25\""), Some(12_250));
+        assert_eq!(us_text_to_ns("-1.5"), Some(-1500));
+        assert_eq!(us_text_to_ns("1.5e3"), Some(1_500_000));
+        assert_eq!(us_text_to_ns("x"), None);
+        let doc = br#"{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1712195495519689.047, "dur": 63.81}]}"#;
+        let (bytes, _) = convert(doc).unwrap();
+        // The begin's timestamp varint: 1712195495519689047 exactly.
+        let mut want = Vec::new();
+        let mut v: u64 = 1_712_195_495_519_689_047;
+        while v >= 0x80 {
+            want.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        want.push(v as u8);
+        let at = bytes
+            .windows(want.len() + 1)
+            .any(|w| w[0] == 0x40 && w[1..] == want[..]);
+        assert!(at, "exact timestamp not found");
+    }
+
+    #[test]
     fn overlapping_slices_go_to_lanes_and_nested_ones_stay() {
         // 0..10 holds 1..4 and 5..9; 8..12 overlaps 5..9 and 0..10; 12..13 follows.
         let row = [
@@ -648,7 +753,7 @@ mod tests {
                 {"ph": "b", "name": "async", "pid": 7, "tid": 7, "ts": 1.0}
             ]
         });
-        let (bytes, stats) = convert(&doc).unwrap();
+        let (bytes, stats) = convert(&serde_json::to_vec(&doc).unwrap()).unwrap();
         assert_eq!(
             bytes[0], 0x0a,
             "a Trace's packets are field 1, length-delimited"
@@ -670,6 +775,7 @@ mod tests {
         ] {
             assert!(text.contains(name), "{name} missing");
         }
-        assert!(convert(&json!({"x": 1})).is_err());
+        assert!(convert(br#"{"x": 1}"#).is_err());
+        assert!(convert(b"[1, 2").is_err());
     }
 }

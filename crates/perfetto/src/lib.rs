@@ -39,10 +39,9 @@ pub fn convert_file(input: &Path, output: &Path) -> Result<Stats, ConvertError> 
         std::io::BufReader::new(file).read_to_end(&mut text)
     };
     read.map_err(|e| err("read", input, &e))?;
-    let doc: serde_json::Value =
-        serde_json::from_slice(&text).map_err(|e| err("parse", input, &e))?;
+    let (bytes, stats) =
+        convert(&text).map_err(|e| ConvertError(format!("{}: {e}", input.display())))?;
     drop(text);
-    let (bytes, stats) = convert(&doc)?;
     let name = output
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
