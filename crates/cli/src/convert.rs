@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use clap::Args;
 
 /// Arguments of `kinetrace convert`.
@@ -23,8 +23,8 @@ pub fn run_convert(args: ConvertArgs) -> anyhow::Result<ExitCode> {
             args.output.display()
         );
     }
-    let stats = kinetrace_perfetto::convert_file(&args.input, &args.output)
-        .with_context(|| format!("converting {}", args.input.display()))?;
+    // The error names the file.
+    let stats = kinetrace_perfetto::convert_file(&args.input, &args.output)?;
     let mut line = format!(
         "kinetrace: wrote {}: {} slices ({} overlap lanes), {} instants, {} counter values, {} flows",
         args.output.display(),
