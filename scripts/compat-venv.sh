@@ -24,10 +24,12 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 . "$root/scripts/lib/venv.sh"
 
 make_venv compat-venv "${COMPAT_VENV:-$root/target/compat-venv}" \
-    'import hta.trace_analysis, torch_tb_profiler.profiler.data, torch_tb_profiler.profiler.run_generator, pytest' \
+    'import hta.trace_analysis, torch_tb_profiler.profiler.data, torch_tb_profiler.profiler.run_generator, pytest, perfetto.protos.perfetto.trace.perfetto_trace_pb2' \
     -- \
     "holistictraceanalysis==0.5.0" \
     "torch-tb-profiler==0.4.3" \
     "pandas==2.3.3" \
     "numpy==2.3.5" \
-    "pytest==8.4.2"
+    "pytest==8.4.2" \
+    "perfetto==0.59.1" \
+    "protobuf==7.36.2"

@@ -5,12 +5,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use kinetrace_core::activity::Activity;
 use kinetrace_core::schedule::{ProfilerAction, Schedule, ScheduleError, TimeWindow};
 use kinetrace_core::session::{
     CapturePlan, CaptureRefused, CaptureRequest, LogFn, SessionConfig, SessionStatus,
     TraceReadyCallback, Trigger,
 };
-use kinetrace_core::{ActivitySet, ActivitySource, Session, SessionError, TraceOutput};
+use kinetrace_core::{
+    ActivitySet, ActivitySource, Session, SessionError, Sink, SinkFactory, TraceMeta, TraceOutput,
+    WindowInfo,
+};
 use kinetrace_export::TraceDir;
 
 use crate::env::{Distributed, EnvError};
@@ -70,6 +74,8 @@ impl From<EnvError> for Error {
 
 /// A running profiler. Dropping it stops recording and writes any partial cycle.
 pub struct Profiler {
+    /// Declared before `session` so that dropping the profiler stops polling first.
+    dynolog: Option<kinetrace_dynolog::Poller>,
     session: Session,
     dir: PathBuf,
     gpu: GpuSettings,
@@ -150,12 +156,25 @@ impl Profiler {
     /// thread can hang): a capture in progress is saved. Returns every trace written. Dropping
     /// the profiler afterwards is still allowed.
     pub fn close(&self) -> Vec<TraceOutput> {
+        if let Some(p) = &self.dynolog {
+            p.stop();
+        }
         self.session.close()
     }
 
     /// Stops recording (saving a cycle in progress) and returns every trace written.
     pub fn stop(self) -> Vec<TraceOutput> {
-        self.session.stop()
+        let Profiler {
+            dynolog, session, ..
+        } = self;
+        drop(dynolog);
+        session.stop()
+    }
+
+    /// Whether this profiler polls a dynolog daemon for `dyno gputrace` requests (see
+    /// [`ProfilerBuilder::dynolog`]).
+    pub fn polls_dynolog(&self) -> bool {
+        self.dynolog.is_some()
     }
 }
 
@@ -188,6 +207,9 @@ pub struct ProfilerBuilder {
     ring_memory_cap: Option<usize>,
     metadata: Vec<(String, String)>,
     log: Option<LogFn>,
+    dynolog: Option<bool>,
+    dynolog_interval: Option<Duration>,
+    perfetto: bool,
     errors: Vec<Error>,
 }
 
@@ -210,6 +232,9 @@ impl Default for ProfilerBuilder {
             ring_memory_cap: None,
             metadata: Vec::new(),
             log: None,
+            dynolog: None,
+            dynolog_interval: None,
+            perfetto: false,
             errors: Vec::new(),
         }
     }
@@ -377,6 +402,42 @@ impl ProfilerBuilder {
         self
     }
 
+    /// Answer dynolog's `dyno gputrace` (default: `$KINETRACE_DYNOLOG`, else off): a thread polls
+    /// the node's dynolog daemon at start and then every [`dynolog_interval`](Self::dynolog_interval)
+    /// and turns each request into a capture, as [`Profiler::request_capture`] would, written to the
+    /// requested file (docs/record.md, "Fleet: dynolog"). In a process without libkineto,
+    /// `KINETO_USE_DAEMON` must be set too; where libkineto is loaded and `KINETO_USE_DAEMON` is set,
+    /// libkineto polls and kinetrace does not. Each case that leaves it off says so in one line.
+    /// Requests are refused while the profiler records by itself, so pair it with
+    /// [`on_demand`](Self::on_demand).
+    pub fn dynolog(mut self, on: bool) -> Self {
+        self.dynolog = Some(on);
+        self
+    }
+
+    /// Time between dynolog polls (default 5 s, Kineto's `ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS`;
+    /// the daemon forgets a process silent for over 60 s).
+    pub fn dynolog_interval(mut self, interval: Duration) -> Self {
+        if interval.is_zero() || interval > Duration::from_secs(60) {
+            self.errors.push(Error::Config {
+                key: "dynolog_interval".into(),
+                message: format!(
+                    "{interval:?} is not a poll interval; expected more than 0 and at most 60 s                      (the daemon forgets a process silent for longer)"
+                ),
+            });
+        }
+        self.dynolog_interval = Some(interval);
+        self
+    }
+
+    /// Also write each trace in Perfetto's native format, `x.pt.trace.pftrace` beside
+    /// `x.pt.trace.json[.gz]` (converted from the JSON once it is written, on the collector thread;
+    /// captures asked for with their own sinks get no twin). A conversion that fails is one log line.
+    pub fn perfetto(mut self, yes: bool) -> Self {
+        self.perfetto = yes;
+        self
+    }
+
     /// Starts the profiler. Fails on a malformed setting (naming it), a malformed `RANK`,
     /// `LOCAL_RANK` or `WORLD_SIZE` that was not given explicitly, or another profiler running in
     /// this process.
@@ -384,6 +445,10 @@ impl ProfilerBuilder {
         if let Some(e) = self.errors.drain(..).next() {
             return Err(e);
         }
+        let dynolog = match self.dynolog {
+            Some(on) => on,
+            None => env_flag("KINETRACE_DYNOLOG")?,
+        };
         let (rank, world_size) = match (self.rank, self.world_size) {
             (Some(r), Some(w)) => (Some(r), Some(w)),
             (r, w) => {
@@ -432,14 +497,95 @@ impl ProfilerBuilder {
         if add_gpu {
             sources.push(gpu::source(&self.gpu_settings, &log));
         }
-        let session = Session::start(config, sources, Box::new(target), self.on_trace_ready)
-            .map_err(Error::Session)?;
+        let sinks: Box<dyn SinkFactory> = if self.perfetto {
+            Box::new(PerfettoTwin {
+                inner: target,
+                log: log.clone(),
+            })
+        } else {
+            Box::new(target)
+        };
+        let session =
+            Session::start(config, sources, sinks, self.on_trace_ready).map_err(Error::Session)?;
+        let dynolog = dynolog
+            .then(|| {
+                let mut settings = kinetrace_dynolog::Settings::from_env();
+                if let Some(i) = self.dynolog_interval {
+                    settings.interval = i;
+                }
+                kinetrace_dynolog::start(session.handle(), settings, log.clone())
+            })
+            .flatten();
         Ok(Profiler {
+            dynolog,
             session,
             dir,
             gpu: self.gpu_settings,
             gpu_added: AtomicBool::new(add_gpu),
             log,
         })
+    }
+}
+
+/// A `1`/`0`/`true`/`false` environment variable (unset or empty: off), as the agent's key table
+/// reads its booleans.
+fn env_flag(key: &str) -> Result<bool, Error> {
+    match std::env::var(key).as_deref().map(str::trim) {
+        Err(_) | Ok("") => Ok(false),
+        Ok("1") | Ok("true") => Ok(true),
+        Ok("0") | Ok("false") => Ok(false),
+        Ok(other) => Err(Error::Config {
+            key: key.to_string(),
+            message: format!("`{other}` is not a switch; expected 1, 0, true or false"),
+        }),
+    }
+}
+
+/// The session's trace directory, with a `.pftrace` twin written after each JSON trace.
+struct PerfettoTwin {
+    inner: TraceDir,
+    log: LogFn,
+}
+
+impl SinkFactory for PerfettoTwin {
+    fn open(&mut self, window: &WindowInfo) -> std::io::Result<Box<dyn Sink>> {
+        Ok(Box::new(TwinSink {
+            inner: self.inner.open(window)?,
+            log: self.log.clone(),
+        }))
+    }
+}
+
+struct TwinSink {
+    inner: Box<dyn Sink>,
+    log: LogFn,
+}
+
+impl Sink for TwinSink {
+    fn record(&mut self, activity: &Activity) -> std::io::Result<()> {
+        self.inner.record(activity)
+    }
+
+    fn finish(self: Box<Self>, meta: &TraceMeta) -> std::io::Result<TraceOutput> {
+        let out = self.inner.finish(meta)?;
+        if let Some(json) = &out.path {
+            let name = json
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let stem = name
+                .strip_suffix(".json.gz")
+                .or_else(|| name.strip_suffix(".json"))
+                .unwrap_or(&name);
+            let twin = json.with_file_name(format!("{stem}.pftrace"));
+            if let Err(e) = kinetrace_perfetto::convert_file(json, &twin) {
+                (self.log)(&format!("no .pftrace twin: {e}"));
+            }
+        }
+        Ok(out)
+    }
+
+    fn discard(self: Box<Self>) {
+        self.inner.discard()
     }
 }

@@ -4,6 +4,7 @@
 
 mod defaults;
 mod docs;
+mod dynolog;
 mod format;
 mod layer;
 mod pipeline;

@@ -573,3 +573,32 @@ fn on_demand_captures_start_where_the_program_is_and_stop_after_a_step_aside() {
     assert_eq!(prof.close().len(), 1);
     assert_eq!(prof.stop().len(), 1);
 }
+
+#[test]
+fn a_perfetto_twin_is_written_beside_each_trace() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let gpu = SimulatedGpu::new(0);
+    let prof = Profiler::builder()
+        .step_range(1, 2)
+        .output_dir(dir.path())
+        .source(gpu.clone())
+        .perfetto(true)
+        .start()
+        .unwrap();
+    for _ in 0..4 {
+        workload(&gpu);
+        prof.step();
+    }
+    let written = prof.stop();
+    assert_eq!(written.len(), 1);
+    let json = written[0].path.clone().unwrap();
+    let name = json.file_name().unwrap().to_string_lossy().into_owned();
+    let twin = json.with_file_name(name.replace(".pt.trace.json", ".pt.trace.pftrace"));
+    let bytes = std::fs::read(&twin).unwrap_or_else(|e| panic!("{}: {e}", twin.display()));
+    // A Trace: packets (field 1, length-delimited), holding the steps' names.
+    assert_eq!(bytes[0], 0x0a);
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(text.contains("ProfilerStep#1") && text.contains("ProfilerStep#2"));
+    assert!(!text.contains("ProfilerStep#3"));
+}

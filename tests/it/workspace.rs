@@ -5,9 +5,10 @@ use std::path::Path;
 /// (package, kinetrace packages it may depend on: normal and build dependencies).
 ///
 /// The direction: core ← export ← analysis; core, cupti-sys ← cupti; core, rocprofiler-sdk-sys ←
-/// rocm; the facade (`kinetrace`) →
-/// core, export, cupti; the injected-process runtime (`kinetrace-agent`) → facade (+ core, export);
-/// the shim (`kinetrace-preload`) → agent only; the cli → agent, facade, analysis (+ core, export).
+/// rocm; core, export ← dynolog (the dynolog client); the facade (`kinetrace`) → core, export,
+/// cupti, rocm, dynolog, perfetto; the injected-process runtime (`kinetrace-agent`) → facade
+/// (+ core, export); the shim (`kinetrace-preload`) → agent only; the cli → agent, facade,
+/// analysis, perfetto (+ core, export).
 /// Nothing depends on cli or preload, and only tests depend on the test doubles.
 const ALLOWED: &[(&str, &[&str])] = &[
     ("kinetrace-core", &[]),
@@ -22,6 +23,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "kinetrace-agent",
             "kinetrace",
             "kinetrace-analysis",
+            "kinetrace-perfetto",
             "kinetrace-export",
             "kinetrace-core",
         ],
@@ -33,8 +35,13 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "kinetrace-export",
             "kinetrace-cupti",
             "kinetrace-rocm",
+            "kinetrace-dynolog",
+            "kinetrace-perfetto",
         ],
     ),
+    ("kinetrace-dynolog", &["kinetrace-core", "kinetrace-export"]),
+    // The Perfetto format: JSON in, protobuf out, no kinetrace dependency.
+    ("kinetrace-perfetto", &[]),
     (
         "kinetrace-agent",
         &["kinetrace", "kinetrace-core", "kinetrace-export"],
@@ -98,6 +105,8 @@ const DEV_ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
     ("kinetrace-fake-rocprofiler-sdk", &[]),
+    ("kinetrace-dynolog", &[]),
+    ("kinetrace-perfetto", &[]),
     (
         "kinetrace-preload",
         &[

@@ -33,6 +33,9 @@ pub enum Command {
     Record(crate::record::RecordArgs),
     /// Ask running kinetrace-enabled processes to capture now (on-demand profiling).
     Trigger(crate::trigger::TriggerArgs),
+    /// Convert a Kineto trace (.json or .json.gz, kinetrace's or PyTorch's) to Perfetto's native
+    /// format (.pftrace): overlapping slices in lanes, flows, args as debug annotations.
+    Convert(crate::convert::ConvertArgs),
 }
 
 /// The analyses, selectable with `--only`.

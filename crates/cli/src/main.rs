@@ -4,6 +4,7 @@
 
 mod analyze;
 mod cli;
+mod convert;
 mod csv;
 mod diff;
 mod doctor;
@@ -30,6 +31,7 @@ fn main() -> ExitCode {
             args.plan().and_then(|p| record::run_record(p, &signals))
         }
         cli::Command::Trigger(args) => args.plan().and_then(trigger::run_trigger),
+        cli::Command::Convert(args) => convert::run_convert(args),
     };
     match result {
         Ok(code) => code,

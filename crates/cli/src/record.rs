@@ -83,6 +83,9 @@ pub struct RecordArgs {
     /// Do not listen for `kinetrace trigger`.
     #[arg(long)]
     pub no_control: bool,
+    /// Answer dynolog's `dyno gputrace` (polls the node's daemon; see docs/record.md).
+    #[arg(long)]
+    pub dynolog: bool,
     /// Do not install the PyTorch optimizer step hook (for jobs that call kinetrace.step()).
     #[arg(long)]
     pub no_optimizer_hook: bool,
@@ -104,9 +107,22 @@ pub struct RecordArgs {
     /// Do not print the analysis summary at the end.
     #[arg(long)]
     pub no_summary: bool,
+    /// Trace format: Kineto JSON (what HTA and TensorBoard read), or also Perfetto's native
+    /// .pftrace beside each JSON trace (converted when the command ends).
+    #[arg(long, value_enum, default_value_t = Format::Json)]
+    pub format: Format,
     /// The command to run, after `--`.
     #[arg(required = true, last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
+}
+
+/// What `record` leaves: Kineto JSON traces, and optionally their Perfetto twins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// `.pt.trace.json[.gz]` only.
+    Json,
+    /// Also a `.pt.trace.pftrace` beside each JSON trace.
+    Perfetto,
 }
 
 /// A validated `record` invocation.
@@ -126,6 +142,8 @@ pub struct RecordPlan {
     pub shim: Option<PathBuf>,
     /// Print the summary.
     pub summary: bool,
+    /// Also write each trace as `.pftrace`.
+    pub perfetto: bool,
 }
 
 impl RecordArgs {
@@ -178,6 +196,7 @@ impl RecordArgs {
         opt("KINETRACE_MEMORY", self.memory.then(|| "1".into()));
         opt("KINETRACE_GZIP", self.gzip.then(|| "1".into()));
         opt("KINETRACE_CONTROL", self.no_control.then(|| "0".into()));
+        opt("KINETRACE_DYNOLOG", self.dynolog.then(|| "1".into()));
         opt(
             "KINETRACE_OPTIMIZER_HOOK",
             self.no_optimizer_hook.then(|| "0".into()),
@@ -233,6 +252,7 @@ impl RecordArgs {
             disabled,
             shim,
             summary: !self.no_summary,
+            perfetto: self.format == Format::Perfetto,
         })
     }
 }
@@ -494,6 +514,16 @@ fn report(plan: &RecordPlan) {
     for t in &traces {
         let size = std::fs::metadata(t).map(|m| m.len()).unwrap_or(0);
         eprintln!("  {} ({})", t.display(), human(size));
+        if plan.perfetto {
+            let out = pftrace_path(t);
+            match kinetrace_perfetto::convert_file(t, &out) {
+                Ok(_) => {
+                    let size = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
+                    eprintln!("  {} ({})", out.display(), human(size));
+                }
+                Err(e) => eprintln!("kinetrace: no .pftrace for {}: {e}", t.display()),
+            }
+        }
     }
     if plan.summary {
         let args = [
@@ -527,6 +557,19 @@ fn report(plan: &RecordPlan) {
             eprintln!("kinetrace: no summary: {e:#}");
         }
     }
+}
+
+/// `x.pt.trace.json[.gz]` → `x.pt.trace.pftrace`, beside it.
+fn pftrace_path(json: &Path) -> PathBuf {
+    let name = json
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = name
+        .strip_suffix(".json.gz")
+        .or_else(|| name.strip_suffix(".json"))
+        .unwrap_or(&name);
+    json.with_file_name(format!("{stem}.pftrace"))
 }
 
 fn human(bytes: u64) -> String {
@@ -594,6 +637,7 @@ mod tests {
                 "0,8",
                 "--gzip",
                 "--memory",
+                "--dynolog",
                 "--step-nvtx",
                 "train_step*",
                 "-o",
@@ -616,6 +660,8 @@ mod tests {
         assert_eq!(get(&p, "KINETRACE_RANKS"), Some("0,8"));
         assert_eq!(get(&p, "KINETRACE_GZIP"), Some("1"));
         assert_eq!(get(&p, "KINETRACE_MEMORY"), Some("1"));
+        assert_eq!(get(&p, "KINETRACE_DYNOLOG"), Some("1"));
+        assert!(!p.perfetto);
         assert_eq!(get(&p, "KINETRACE_STEP_NVTX"), Some("train_step*"));
         assert_eq!(get(&p, "KINETRACE_OUTPUT_DIR"), Some("/work/out"));
         assert_eq!(get(&p, "KINETRACE_WHOLE_RUN"), None);
@@ -708,5 +754,31 @@ mod tests {
         assert_eq!(utc_stamp(0), "19700101-000000");
         assert_eq!(utc_stamp(1_700_000_000), "20231114-221320");
         assert_eq!(utc_stamp(951_782_400), "20000229-000000");
+    }
+
+    #[test]
+    fn format_perfetto_writes_a_twin_beside_each_trace() {
+        let p = plan(
+            &[
+                "kinetrace",
+                "record",
+                "--format",
+                "perfetto",
+                "--",
+                "python",
+                "t.py",
+            ],
+            &[],
+        )
+        .unwrap();
+        assert!(p.perfetto);
+        assert_eq!(
+            pftrace_path(Path::new("/r/h_1.17.pt.trace.json.gz")),
+            PathBuf::from("/r/h_1.17.pt.trace.pftrace")
+        );
+        assert_eq!(
+            pftrace_path(Path::new("/r/h_1.17.pt.trace.json")),
+            PathBuf::from("/r/h_1.17.pt.trace.pftrace")
+        );
     }
 }

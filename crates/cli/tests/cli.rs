@@ -439,3 +439,46 @@ fn diff_compares_two_runs_and_exits_1_when_nothing_matches() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("all ranks pooled"));
 }
+
+#[test]
+fn convert_writes_a_pftrace_and_refuses_other_outputs_and_non_traces() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "t.json", &trace(0));
+    let input = dir.path().join("t.json");
+    let out = dir.path().join("t.pftrace");
+    let o = kinetrace(&["convert", input.to_str().unwrap(), out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr)
+            .ends_with(": 9 slices (0 overlap lanes), 3 instants, 0 counter values, 0 flows\n"),
+        "{}",
+        text(&o.stderr)
+    );
+    let bytes = std::fs::read(&out).unwrap();
+    assert_eq!(bytes[0], 0x0a);
+    assert!(String::from_utf8_lossy(&bytes).contains("sm80_gemm"));
+    let o = kinetrace(&["convert", input.to_str().unwrap(), "x.json"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("must end in .pftrace"),
+        "{}",
+        text(&o.stderr)
+    );
+    std::fs::write(
+        dir.path().join("bad.json"),
+        br#"{"traceEvents": [{"ph": "X""#,
+    )
+    .unwrap();
+    let bad = dir.path().join("bad.json");
+    let o = kinetrace(&["convert", bad.to_str().unwrap(), out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        text(&o.stderr),
+        format!(
+            "kinetrace: {}: not a Kineto trace: EOF while parsing an object at line 1 column 27\n",
+            bad.display()
+        )
+    );
+    // The earlier file is untouched by the failed conversion.
+    assert_eq!(std::fs::read(&out).unwrap(), bytes);
+}

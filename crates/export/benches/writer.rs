@@ -130,6 +130,7 @@ fn bench<M: Measurement>(c: &mut Criterion<M>, group: &str) {
         dir: dir.path().to_owned(),
         worker: "bench".into(),
         gzip: false,
+        file_name: None,
     };
     let meta = TraceMeta {
         window_start: acts[0].start,

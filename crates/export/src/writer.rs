@@ -92,6 +92,10 @@ pub struct TraceDir {
     pub worker: String,
     /// Gzip the output.
     pub gzip: bool,
+    /// The finished file's exact name in `dir`, instead of `{worker}.{time_ns}.pt.trace.json[.gz]`
+    /// (a name a requester chose, such as dynolog's `x_<pid>.json`); an existing file of that name
+    /// is replaced.
+    pub file_name: Option<String>,
 }
 
 impl TraceDir {
@@ -101,6 +105,7 @@ impl TraceDir {
             dir: dir.into(),
             worker: default_worker_name(),
             gzip: false,
+            file_name: None,
         }
     }
 }
@@ -393,10 +398,16 @@ impl KinetoSink {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
-        let mut name = format!("{}.{}.pt.trace.json", self.target.worker, now_ns);
-        if self.target.gzip {
-            name.push_str(".gz");
-        }
+        let name = match &self.target.file_name {
+            Some(n) => n.clone(),
+            None => {
+                let mut name = format!("{}.{}.pt.trace.json", self.target.worker, now_ns);
+                if self.target.gzip {
+                    name.push_str(".gz");
+                }
+                name
+            }
+        };
         let final_path = self.target.dir.join(&name);
         let events = encoder.events();
         encoder.finish(meta, &final_path.to_string_lossy(), &mut self.buf);

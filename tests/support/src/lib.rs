@@ -11,6 +11,7 @@ crate's tests may use it without a dependency pointing up (`tests/it/workspace.r
 - [`process`]: child processes waited on with a deadline, failing with what they printed; running
   one test in a fresh process.
 - [`trace`]: finding and parsing written traces (plain or gzip), independently of kinetrace's reader.
+- [`dynolog`]: a fake dynolog daemon (its datagram endpoint and replies) for the on-demand client.
 - [`fake`]: where the fake libcupti (`tests/fakes/cupti`) was built.
 - [`recording`]: a session writing Kineto traces from core and export alone, for backend tests
   that must not depend on the facade; [`Log`] collects one-line messages.
@@ -18,6 +19,7 @@ crate's tests may use it without a dependency pointing up (`tests/it/workspace.r
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod dynolog;
 pub mod fake;
 pub mod process;
 pub mod recording;

@@ -222,6 +222,41 @@ pub static KEYS: &[Key] = &[
         apply: |l, v| path(v).map(|p| l.control_dir = Some(p)),
     },
     Key {
+        env: Some("KINETRACE_DYNOLOG"),
+        kineto: None,
+        form: FORM_BOOL,
+        default: "0",
+        doc: "Answer dynolog's `dyno gputrace`: poll the node's dynolog daemon (started with \
+              `--enable_ipc_monitor`) as libkineto does and turn each request into a capture written \
+              to the requested file (docs/record.md, \"Fleet: dynolog\"). In a process without \
+              libkineto, `KINETO_USE_DAEMON` must be set too; where libkineto is loaded and \
+              `KINETO_USE_DAEMON` is set, libkineto polls and kinetrace does not (one line says so). \
+              Off by default: the daemon's TCP port has no authentication.",
+        apply: |l, v| boolean(v).map(|b| l.dynolog = Some(b)),
+    },
+    Key {
+        env: Some("KINETRACE_DYNOLOG_INTERVAL"),
+        kineto: None,
+        form: "a duration with a unit ms, s or m, more than 0 and at most 60s, such as 5s",
+        default: "5s",
+        doc: "Time between dynolog polls (the daemon forgets a process silent for over 60 s).",
+        apply: |l, v| poll_interval(v).map(|d| l.dynolog_interval = Some(d)),
+    },
+    Key {
+        env: None,
+        kineto: Some("ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS"),
+        form: "an integer number of seconds from 1 to 60, such as 5",
+        default: "5",
+        doc: "Kineto's spelling of the dynolog poll interval.",
+        apply: |l, v| match v.parse::<u64>() {
+            Ok(n) if (1..=60).contains(&n) => {
+                l.dynolog_interval = Some(Duration::from_secs(n));
+                Ok(())
+            }
+            _ => Err("is not a number of seconds from 1 to 60".into()),
+        },
+    },
+    Key {
         env: Some("KINETRACE_SIGNAL"),
         kineto: None,
         form: "off, on (= 500ms), a duration such as 2s, or a step count such as 3steps",
@@ -297,3 +332,14 @@ pub static KEYS: &[Key] = &[
         apply: |l, v| path(v).map(|p| l.cupti_path = Some(p)),
     },
 ];
+
+/// A dynolog poll interval: a duration above 0 and at most 60 s.
+fn poll_interval(v: &str) -> Result<Duration, String> {
+    duration(v, false).and_then(|d| {
+        if d > Duration::from_secs(60) {
+            Err("is longer than 60s".into())
+        } else {
+            Ok(d)
+        }
+    })
+}

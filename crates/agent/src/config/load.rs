@@ -326,6 +326,12 @@ impl Config {
             if let Some(v) = layer.with_modules {
                 c.torch.modules = v;
             }
+            if let Some(v) = layer.dynolog {
+                c.dynolog = v;
+            }
+            if let Some(v) = layer.dynolog_interval {
+                c.dynolog_interval = v;
+            }
         }
         Ok(c)
     }

@@ -123,6 +123,10 @@ pub struct Config {
     pub step_nvtx: Option<String>,
     /// What PyTorch processes record of their framework side inside windows.
     pub torch: TorchCapture,
+    /// Answer dynolog's `dyno gputrace` (`KINETRACE_DYNOLOG`).
+    pub dynolog: bool,
+    /// Between dynolog polls (`KINETRACE_DYNOLOG_INTERVAL`).
+    pub dynolog_interval: Duration,
 }
 
 /// The framework view of a PyTorch process (the `sitecustomize` that `kinetrace record` installs
@@ -166,6 +170,8 @@ impl Default for Config {
             kineto_config: None,
             step_nvtx: None,
             torch: TorchCapture::default(),
+            dynolog: false,
+            dynolog_interval: Duration::from_secs(5),
         }
     }
 }
@@ -225,7 +231,7 @@ impl Key {
 
 /// Kineto file keys kinetrace accepts and ignores (they tune Kineto internals or PyTorch client
 /// options kinetrace has no counterpart for).
-pub const KINETO_IGNORED: [(&str, &str); 7] = [
+pub const KINETO_IGNORED: [(&str, &str); 6] = [
     (
         "CUPTI_PER_THREAD_BUFFER_ENABLED",
         "kinetrace chooses CUPTI's buffer mode itself",
@@ -233,10 +239,6 @@ pub const KINETO_IGNORED: [(&str, &str); 7] = [
     (
         "ACTIVITIES_DISPLAY_CUDA_SYNC_WAIT_EVENTS",
         "sync records follow ACTIVITY_TYPES",
-    ),
-    (
-        "ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS",
-        "on-demand requests arrive over kinetrace's socket",
     ),
     (
         "ROCTRACER_MAX_EVENTS",
@@ -311,6 +313,8 @@ struct Layer {
     torch_ops: Option<bool>,
     record_shapes: Option<bool>,
     with_modules: Option<bool>,
+    dynolog: Option<bool>,
+    dynolog_interval: Option<Duration>,
     /// Which key set each field, for conflict messages.
     names: Vec<(&'static str, &'static str)>,
 }

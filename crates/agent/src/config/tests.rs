@@ -149,6 +149,9 @@ fn every_malformed_value_names_the_key_and_the_accepted_form() {
         ("KINETRACE_TORCH_OPS", "yes please"),
         ("KINETRACE_RECORD_SHAPES", "2"),
         ("KINETRACE_WITH_MODULES", "on"),
+        ("KINETRACE_DYNOLOG", "yes"),
+        ("KINETRACE_DYNOLOG_INTERVAL", "5"),
+        ("KINETRACE_DYNOLOG_INTERVAL", "2m"),
     ];
     let mut covered: Vec<&str> = Vec::new();
     for (k, v) in bad {
@@ -178,6 +181,7 @@ fn every_malformed_value_names_the_key_and_the_accepted_form() {
         ("ACTIVITIES_LOG_FILE", ""),
         ("ACTIVITIES_ITERATIONS", "x"),
         ("ACTIVITY_TYPES", "kernels"),
+        ("ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS", "0"),
     ] {
         let e = with_file(&[], &format!("# comment\n\n{k} = {v}\n")).expect_err(k);
         assert_eq!(e.key, k);
@@ -390,4 +394,19 @@ fn pytorch_framework_view_keys() {
     )
     .unwrap();
     assert!(c.torch.shapes && !c.torch.modules);
+}
+
+#[test]
+fn dynolog_is_opt_in_and_its_interval_has_two_spellings() {
+    assert!(!env(&[]).unwrap().dynolog);
+    let c = env(&[
+        ("KINETRACE_DYNOLOG", "1"),
+        ("KINETRACE_DYNOLOG_INTERVAL", "250ms"),
+    ])
+    .unwrap();
+    assert!(c.dynolog);
+    assert_eq!(c.dynolog_interval, Duration::from_millis(250));
+    let c = with_file(&[], "ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS=2\n").unwrap();
+    assert_eq!(c.dynolog_interval, Duration::from_secs(2));
+    assert_eq!(env(&[]).unwrap().dynolog_interval, Duration::from_secs(5));
 }

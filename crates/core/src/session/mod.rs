@@ -271,8 +271,162 @@ impl Session {
     /// [`step_aside`](Self::step_aside) and while stopping. A step capture records whole steps, each
     /// a `ProfilerStep#N` annotation; the trace goes to the request's sinks if it has some.
     pub fn request_capture(&self, request: CaptureRequest) -> Result<CapturePlan, CaptureRefused> {
-        let plan = {
+        self.shared.request_capture(request)
+    }
+
+    /// A handle that can ask this session for captures and its status from another thread (an
+    /// on-demand poller), without keeping the session alive: once the session is stopped or
+    /// dropped, requests are refused as [`CaptureRefused::Stopped`].
+    pub fn handle(&self) -> SessionHandle {
+        SessionHandle {
+            shared: Arc::downgrade(&self.shared),
+        }
+    }
+
+    /// Adds a source to the live session (a GPU backend that became available after the session
+    /// started, e.g. when CUDA initialises). It is enabled at once if a window is open.
+    pub fn add_source(&self, mut source: Box<dyn ActivitySource>) {
+        let mut sources = lock(&self.shared.sources);
+        let (enable, activities, log) = {
+            let c = lock(&self.shared.control);
+            (
+                c.sources_enabled && c.stepped_aside.is_none(),
+                c.activities,
+                c.log.clone(),
+            )
+        };
+        source.set_log(log.clone());
+        let mut failed = false;
+        if enable {
+            if let Err(e) = source.enable(activities) {
+                failed = true;
+                log(&format!("{e}; recording continues without it"));
+            }
+        }
+        sources.list.push(source);
+        sources.failed.push(failed);
+    }
+
+    /// Steps aside for another profiler: a capture in progress ends now and is saved, a pending
+    /// one is cancelled, the sources are never enabled again and nothing more is recorded. Unlike
+    /// a step, this waits (up to [`STEP_ASIDE_WAIT`]) until the collector has flushed the sources
+    /// and written the trace: the caller is about to hand the vendor library to someone else.
+    pub fn step_aside(&self, reason: &str) {
+        let target = {
             let mut s = lock(&self.shared.control);
+            if s.stepped_aside.is_some() || s.shutdown {
+                return;
+            }
+            s.stepped_aside = Some(reason.to_string());
+            s.end_capture(&self.shared);
+            s.finish_request(&format!("cancelled: {reason}"));
+            s.queued
+        };
+        self.shared.after_control(true);
+        self.shared.wait_applied(target, STEP_ASIDE_WAIT);
+    }
+
+    /// A snapshot for status reports.
+    pub fn status(&self) -> SessionStatus {
+        self.shared.status()
+    }
+
+    /// Ends the session without joining its collector thread, for use at process exit: a capture in
+    /// progress is saved (one in warm-up discarded), nothing is recorded afterwards. Waits until the
+    /// collector has written what was queued and returns every trace written. Dropping the session
+    /// afterwards is still allowed.
+    pub fn close(&self) -> Vec<TraceOutput> {
+        self.shared.close();
+        let mut c = lock(&self.shared.control);
+        while !c.collector_done {
+            c = self
+                .shared
+                .finished
+                .wait(c)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        c.outputs.clone()
+    }
+
+    /// The current step number (0 before the first [`step`](Self::step)).
+    pub fn step_num(&self) -> u64 {
+        lock(&self.shared.control).step_num
+    }
+
+    /// The schedule's current action.
+    pub fn action(&self) -> ProfilerAction {
+        lock(&self.shared.control).action
+    }
+
+    /// Traces written so far (a window that just ended may still be being written).
+    pub fn outputs(&self) -> Vec<TraceOutput> {
+        lock(&self.shared.control).outputs.clone()
+    }
+
+    /// Stops: a cycle in RECORD is saved, one in WARMUP is discarded. Waits for every queued trace
+    /// and returns every trace written.
+    pub fn stop(mut self) -> Vec<TraceOutput> {
+        self.shutdown();
+        let outputs = std::mem::take(&mut lock(&self.shared.control).outputs);
+        outputs
+    }
+
+    fn shutdown(&mut self) {
+        if self.released {
+            return;
+        }
+        self.shared.close();
+        if let Some(h) = self.collector.take() {
+            let _ = h.join();
+        }
+        recorder::set_collector(None);
+        recorder::release_spares();
+        self.released = true;
+        SESSION_LIVE.store(false, Ordering::Release);
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// A weak handle on a [`Session`] (see [`Session::handle`]): captures and status from another
+/// thread, refused once the session is gone.
+#[derive(Clone)]
+pub struct SessionHandle {
+    shared: std::sync::Weak<Shared>,
+}
+
+impl SessionHandle {
+    /// [`Session::request_capture`], or [`CaptureRefused::Stopped`] once the session is gone.
+    pub fn request_capture(&self, request: CaptureRequest) -> Result<CapturePlan, CaptureRefused> {
+        match self.shared.upgrade() {
+            Some(shared) => shared.request_capture(request),
+            None => Err(CaptureRefused::Stopped),
+        }
+    }
+
+    /// [`Session::status`], or `None` once the session is gone.
+    pub fn status(&self) -> Option<SessionStatus> {
+        self.shared.upgrade().map(|s| s.status())
+    }
+}
+
+impl std::fmt::Debug for SessionHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SessionHandle")
+    }
+}
+
+/// The longest [`Session::step_aside`] waits for the collector.
+pub const STEP_ASIDE_WAIT: Duration = Duration::from_secs(5);
+
+impl Shared {
+    fn request_capture(&self, request: CaptureRequest) -> Result<CapturePlan, CaptureRefused> {
+        let plan = {
+            let mut s = lock(&self.control);
             if s.shutdown {
                 return Err(CaptureRefused::Stopped);
             }
@@ -338,61 +492,17 @@ impl Session {
             let next = s.target_action(s.started.elapsed());
             if next != s.action {
                 s.close_step_span();
-                s.transition(next, &self.shared);
+                s.transition(next, self);
                 s.open_step_span();
             }
             plan
         };
-        self.shared.after_control(true);
+        self.after_control(true);
         Ok(plan)
     }
 
-    /// Adds a source to the live session (a GPU backend that became available after the session
-    /// started, e.g. when CUDA initialises). It is enabled at once if a window is open.
-    pub fn add_source(&self, mut source: Box<dyn ActivitySource>) {
-        let mut sources = lock(&self.shared.sources);
-        let (enable, activities, log) = {
-            let c = lock(&self.shared.control);
-            (
-                c.sources_enabled && c.stepped_aside.is_none(),
-                c.activities,
-                c.log.clone(),
-            )
-        };
-        source.set_log(log.clone());
-        let mut failed = false;
-        if enable {
-            if let Err(e) = source.enable(activities) {
-                failed = true;
-                log(&format!("{e}; recording continues without it"));
-            }
-        }
-        sources.list.push(source);
-        sources.failed.push(failed);
-    }
-
-    /// Steps aside for another profiler: a capture in progress ends now and is saved, a pending
-    /// one is cancelled, the sources are never enabled again and nothing more is recorded. Unlike
-    /// a step, this waits (up to [`STEP_ASIDE_WAIT`]) until the collector has flushed the sources
-    /// and written the trace: the caller is about to hand the vendor library to someone else.
-    pub fn step_aside(&self, reason: &str) {
-        let target = {
-            let mut s = lock(&self.shared.control);
-            if s.stepped_aside.is_some() || s.shutdown {
-                return;
-            }
-            s.stepped_aside = Some(reason.to_string());
-            s.end_capture(&self.shared);
-            s.finish_request(&format!("cancelled: {reason}"));
-            s.queued
-        };
-        self.shared.after_control(true);
-        self.shared.wait_applied(target, STEP_ASIDE_WAIT);
-    }
-
-    /// A snapshot for status reports.
-    pub fn status(&self) -> SessionStatus {
-        let s = lock(&self.shared.control);
+    fn status(&self) -> SessionStatus {
+        let s = lock(&self.control);
         SessionStatus {
             step_num: s.step_num,
             action: s.action,
@@ -402,71 +512,6 @@ impl Session {
         }
     }
 
-    /// Ends the session without joining its collector thread, for use at process exit: a capture in
-    /// progress is saved (one in warm-up discarded), nothing is recorded afterwards. Waits until the
-    /// collector has written what was queued and returns every trace written. Dropping the session
-    /// afterwards is still allowed.
-    pub fn close(&self) -> Vec<TraceOutput> {
-        self.shared.close();
-        let mut c = lock(&self.shared.control);
-        while !c.collector_done {
-            c = self
-                .shared
-                .finished
-                .wait(c)
-                .unwrap_or_else(|e| e.into_inner());
-        }
-        c.outputs.clone()
-    }
-
-    /// The current step number (0 before the first [`step`](Self::step)).
-    pub fn step_num(&self) -> u64 {
-        lock(&self.shared.control).step_num
-    }
-
-    /// The schedule's current action.
-    pub fn action(&self) -> ProfilerAction {
-        lock(&self.shared.control).action
-    }
-
-    /// Traces written so far (a window that just ended may still be being written).
-    pub fn outputs(&self) -> Vec<TraceOutput> {
-        lock(&self.shared.control).outputs.clone()
-    }
-
-    /// Stops: a cycle in RECORD is saved, one in WARMUP is discarded. Waits for every queued trace
-    /// and returns every trace written.
-    pub fn stop(mut self) -> Vec<TraceOutput> {
-        self.shutdown();
-        let outputs = std::mem::take(&mut lock(&self.shared.control).outputs);
-        outputs
-    }
-
-    fn shutdown(&mut self) {
-        if self.released {
-            return;
-        }
-        self.shared.close();
-        if let Some(h) = self.collector.take() {
-            let _ = h.join();
-        }
-        recorder::set_collector(None);
-        recorder::release_spares();
-        self.released = true;
-        SESSION_LIVE.store(false, Ordering::Release);
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        self.shutdown();
-    }
-}
-
-/// The longest [`Session::step_aside`] waits for the collector.
-pub const STEP_ASIDE_WAIT: Duration = Duration::from_secs(5);
-
-impl Shared {
     /// Waits until the collector has applied the first `target` commands, or `limit` passed.
     fn wait_applied(&self, target: u64, limit: Duration) {
         let end = Instant::now() + limit;
