@@ -7,10 +7,12 @@
 //!
 //! ```text
 //! fake_train STEPS [--cuda] [--sleep-ms MS] [--takeover-at N] [--exit-code C]
-//!            [--ready-file PATH] [--wait-file PATH] [--default-sigpipe]
+//!            [--ready-file PATH] [--wait-file PATH] [--stop-file PATH] [--default-sigpipe]
 //!            [--fork-at N|start [--child-cuda] [--child-exit exit|_exit]]
 //! ```
-//! Prints `fake_train: done STEPS steps` and exits with `--exit-code` (default 0).
+//! Prints `fake_train: done N steps` (N = STEPS, or fewer with `--stop-file`: the job stops at the
+//! first step boundary where that file exists, so a test that talks to it while it runs does not
+//! race its end on a loaded machine) and exits with `--exit-code` (default 0).
 //!
 //! `--fork-at N` forks after the step call of step N, `--fork-at start` before anything (CUDA, the
 //! first step): the child reports three steps (first initialising CUDA itself and launching
@@ -168,7 +170,16 @@ fn main() {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
+    let stop_file = arg_after(&args, "--stop-file");
+    let mut done = 0;
     for step in 0..steps {
+        if stop_file
+            .as_deref()
+            .is_some_and(|p| std::path::Path::new(p).exists())
+        {
+            break;
+        }
+        done += 1;
         launch_two(launch, "", step);
         if takeover_at == Some(step) {
             // What torch.profiler's Kineto does when it starts: resolve through the global scope.
@@ -194,6 +205,6 @@ fn main() {
             fork_here(&fork, step_fn);
         }
     }
-    println!("fake_train: done {steps} steps");
+    println!("fake_train: done {done} steps");
     std::process::exit(exit_code);
 }

@@ -412,7 +412,15 @@ fn capture(length: CaptureLength, out: Option<&str>) -> Request {
 #[test]
 fn a_trigger_mid_run_records_exactly_the_requested_steps() {
     let w = World::new();
-    let (child, pid) = start_job(&w, 40, 25, &[]);
+    // The job runs until told to stop, so a slow machine cannot end it before the captures.
+    let stop = w.tmp.path().join("stop");
+    let (child, pid) = start_job_with(
+        &w,
+        100_000,
+        25,
+        &["--stop-file", stop.to_str().unwrap()],
+        &[],
+    );
     let sock = socket_of(&w, pid);
     std::thread::sleep(Duration::from_millis(150));
     let replies = control::send(
@@ -457,9 +465,14 @@ fn a_trigger_mid_run_records_exactly_the_requested_steps() {
     let status = control::send(&sock, &Request::Status, Duration::from_secs(5)).unwrap();
     assert_eq!(status[0].verb, "status");
     assert_eq!(status[0].get("traces"), Some("2"));
+    std::fs::write(&stop, "").unwrap();
     let out = child.wait();
     assert_eq!(out.status.code(), Some(0));
-    assert_eq!(text(&out.stdout), "fake_train: done 40 steps\n");
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("fake_train: done ") && stdout.ends_with(" steps\n"),
+        "{stdout}"
+    );
     assert_eq!(text(&out.stderr), "");
     assert_eq!(w.traces().len(), 2);
     assert!(!socket_of_exists(&w, pid), "the socket is removed at exit");
@@ -472,7 +485,14 @@ fn socket_of_exists(w: &World, pid: u32) -> bool {
 #[test]
 fn triggers_that_must_be_refused_are_refused_with_a_reason() {
     let w = World::new();
-    let (child, pid) = start_job(&w, 60, 20, &[]);
+    let stop = w.tmp.path().join("stop");
+    let (child, pid) = start_job_with(
+        &w,
+        100_000,
+        20,
+        &["--stop-file", stop.to_str().unwrap()],
+        &[],
+    );
     let sock = socket_of(&w, pid);
     for out in ["../escape", "/etc"] {
         let r = control::send(
@@ -516,6 +536,7 @@ fn triggers_that_must_be_refused_are_refused_with_a_reason() {
         "a refused request created {}",
         w.out.join("refused").display()
     );
+    std::fs::write(&stop, "").unwrap();
     let out = child.wait();
     assert_eq!(out.status.code(), Some(0));
 }
