@@ -511,6 +511,26 @@ fn fault_dropped_records_are_counted() {
     );
 }
 
+/// Work still running when the window ends: the SDK writes its records after the window's last
+/// flush, as the context stops. They are the window's (flushed after the stop, as Kineto does),
+/// not lost.
+#[test]
+fn records_written_as_the_context_stops_are_in_the_window() {
+    in_child(
+        "records_written_as_the_context_stops_are_in_the_window",
+        &[("FAKE_ROCP_COMPLETE_AT_STOP", "1")],
+        || {
+            let (trace, log, stats) = survives(|_| {}, 7);
+            assert_eq!(stats.records_delivered, 7, "{stats:?}");
+            assert_eq!(x(&trace, "kernel").len(), 7, "{log:?}");
+            assert_eq!(trace["dropped_events"]["rocm"], 0, "{trace}");
+            let queue = kinetrace_rocm::queue_stats().unwrap();
+            assert_eq!(queue.accepted, queue.taken, "{queue:?}");
+            assert!(log.is_empty(), "{log:?}");
+        },
+    );
+}
+
 #[test]
 fn flood_is_bounded_and_counted() {
     in_child("flood_is_bounded_and_counted", &[], || {

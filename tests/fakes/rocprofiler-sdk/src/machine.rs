@@ -23,6 +23,9 @@ pub(crate) struct Buffer {
     pub(crate) records: Vec<(u32, Box<[u64]>)>,
     pub(crate) bytes: usize,
     pub(crate) dropped: u64,
+    /// Records of work still running (`FAKE_ROCP_COMPLETE_AT_STOP`): written into the buffer when
+    /// the context stops.
+    pub(crate) in_flight: Vec<(u32, Box<[u64]>)>,
 }
 
 #[derive(Default)]
@@ -36,6 +39,8 @@ pub(crate) struct State {
     pub(crate) configure_calls: u64,
     pub(crate) async_seen: u64,
     pub(crate) other_tool_ready: bool,
+    /// The other tool's context, once made.
+    pub(crate) other_tool_context: Option<usize>,
 }
 
 pub(crate) static STATE: Mutex<State> = Mutex::new(State {
@@ -47,6 +52,7 @@ pub(crate) static STATE: Mutex<State> = Mutex::new(State {
     configure_calls: 0,
     async_seen: 0,
     other_tool_ready: false,
+    other_tool_context: None,
 });
 
 pub(crate) fn state() -> MutexGuard<'static, State> {
@@ -97,6 +103,7 @@ pub(crate) fn ensure_other_tool(s: &mut State) {
     }
     s.other_tool_ready = true;
     let ctx = s.contexts.len();
+    s.other_tool_context = Some(ctx);
     s.contexts.push(Context {
         active: true,
         ..Default::default()
@@ -113,6 +120,7 @@ pub(crate) fn ensure_other_tool(s: &mut State) {
         records: Vec::new(),
         bytes: 0,
         dropped: 0,
+        in_flight: Vec::new(),
     });
     s.contexts[ctx]
         .buffer_services
@@ -198,10 +206,16 @@ pub(crate) fn emit_async(kind_name: &str, words: impl Fn() -> Box<[u64]>) {
             .filter(|(ci, b)| s.buffers.get(*b).is_some_and(|buf| buf.context == *ci))
             .map(|(_, b)| b)
             .collect();
+        let other_tool = s.other_tool_context;
         for b in targets {
             let record = words();
             let len = record.len() * 8;
             let buf = &mut s.buffers[b];
+            if faults().complete_at_stop && Some(buf.context) != other_tool {
+                // Still running on the GPU: its record is written when the context stops.
+                buf.in_flight.push((kind as u32, record));
+                continue;
+            }
             if drop_this {
                 buf.dropped += 1;
                 DROPPED.fetch_add(1, Ordering::Relaxed);
@@ -228,6 +242,17 @@ pub(crate) fn emit_async(kind_name: &str, words: impl Fn() -> Box<[u64]>) {
     }
     for b in due {
         deliver(b);
+    }
+}
+
+/// Context `ctx` stops: the work still in flight on it completes first, its records written into
+/// the context's buffers (handed over at their watermark or the next flush, as any record).
+pub(crate) fn complete_in_flight(s: &mut State, ctx: usize) {
+    for buf in s.buffers.iter_mut().filter(|b| b.context == ctx) {
+        for (kind, record) in std::mem::take(&mut buf.in_flight) {
+            buf.bytes += record.len() * 8;
+            buf.records.push((kind, record));
+        }
     }
 }
 
