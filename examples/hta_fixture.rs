@@ -167,6 +167,7 @@ impl Rank<'_> {
                 pid: self.pid,
                 tid: self.tid,
                 launches_work: true,
+                args: Default::default(),
             }),
         });
         let detail = match work {

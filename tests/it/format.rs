@@ -81,6 +81,7 @@ fn session() -> (TraceMeta, Vec<Activity>) {
                 pid: 4242,
                 tid: 4243,
                 launches_work: true,
+                args: Default::default(),
             }),
         },
         Activity {
@@ -181,6 +182,7 @@ fn session() -> (TraceMeta, Vec<Activity>) {
                 pid: 4242,
                 tid: 4243,
                 launches_work: false,
+                args: Default::default(),
             }),
         },
         Activity {

@@ -431,8 +431,10 @@ impl Live {
                         .get(&id)
                         .cloned()
                 },
-                |c| tool.external.get(c),
+                |c| tool.external.call(c),
             );
+            // Launch calls this dispatch named come before it.
+            self.decoder.take_released(false, emit);
             if let Some(a) = a {
                 emit(&a);
             }
@@ -537,6 +539,8 @@ impl ActivitySource for RocmSource {
                 (self.log)(&format!("rocm: {e}"));
             }
             l.drain(emit);
+            // The window ends: launch calls no dispatch named go without their kernel's name.
+            l.decoder.take_released(true, emit);
         }
     }
 

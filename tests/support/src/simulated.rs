@@ -226,6 +226,7 @@ impl SimulatedGpu {
                 pid: std::process::id(),
                 tid: recorder::current_tid(),
                 launches_work,
+                args: Default::default(),
             }),
         };
         for a in [gpu, api] {

@@ -332,9 +332,46 @@ pub(crate) fn invoke(
     }
 }
 
-/// One HIP call on the calling thread: ENTER, the call's asynchronous work, EXIT. Returns its
-/// correlation id.
-pub(crate) fn hip_call(name: &str, work: impl FnOnce(u64)) -> u64 {
+/// A HIP API callback payload, `rocprofiler_callback_tracing_hip_api_data_t`, as the SDK writes
+/// it: `size` (120), then the call's member of the `args` union (`sys::hip_args`), then the
+/// return value.
+pub(crate) struct HipPayload {
+    words: [u64; sys::hip_args::HIP_API_DATA_SIZE / 8],
+}
+
+impl HipPayload {
+    /// The payload of a call whose arguments are `args` (one of the `sys::hip_args` structs).
+    pub(crate) fn of<T: Copy>(args: &T) -> HipPayload {
+        let mut p = HipPayload::empty();
+        assert!(
+            sys::hip_args::HIP_API_ARGS_OFFSET + std::mem::size_of::<T>()
+                <= sys::hip_args::HIP_API_DATA_SIZE
+        );
+        // SAFETY: `T` fits after the offset (checked); the words are 8-aligned, as `T` needs.
+        unsafe {
+            std::ptr::write(
+                (p.words.as_mut_ptr() as *mut u8).add(sys::hip_args::HIP_API_ARGS_OFFSET) as *mut T,
+                *args,
+            )
+        };
+        p
+    }
+
+    /// The payload of a call with no argument the fake models.
+    pub(crate) fn empty() -> HipPayload {
+        let mut words = [0u64; sys::hip_args::HIP_API_DATA_SIZE / 8];
+        words[0] = sys::hip_args::HIP_API_DATA_SIZE as u64;
+        HipPayload { words }
+    }
+
+    fn ptr(&mut self) -> *mut c_void {
+        self.words.as_mut_ptr() as *mut c_void
+    }
+}
+
+/// One HIP call on the calling thread: ENTER, the call's asynchronous work, EXIT, each callback
+/// given `payload`. Returns its correlation id.
+pub(crate) fn hip_call(name: &str, mut payload: HipPayload, work: impl FnOnce(u64)) -> u64 {
     let op = hip_ops()
         .into_iter()
         .find(|(_, n)| *n == name)
@@ -349,7 +386,7 @@ pub(crate) fn hip_call(name: &str, work: impl FnOnce(u64)) -> u64 {
             op,
             sys::PHASE_ENTER,
             correlation,
-            std::ptr::null_mut(),
+            payload.ptr(),
             u,
         );
     }
@@ -361,7 +398,7 @@ pub(crate) fn hip_call(name: &str, work: impl FnOnce(u64)) -> u64 {
             op,
             sys::PHASE_EXIT,
             correlation,
-            std::ptr::null_mut(),
+            payload.ptr(),
             u,
         );
     }
