@@ -4,8 +4,8 @@ use std::path::Path;
 
 /// (package, kinetrace packages it may depend on: normal and build dependencies).
 ///
-/// The direction: core ← export ← analysis; core, cupti-sys ← cupti; core, rocprofiler-sdk-sys ←
-/// rocm; the facade (`kinetrace`) →
+/// The direction: core ← export ← analysis; core, cupti-sys ← cupti; core, rocprofiler-sdk-sys,
+/// roctracer-sys ← rocm; the facade (`kinetrace`) →
 /// core, export, cupti; the injected-process runtime (`kinetrace-agent`) → facade (+ core, export);
 /// the shim (`kinetrace-preload`) → agent only; the cli → agent, facade, analysis (+ core, export).
 /// Nothing depends on cli or preload, and only tests depend on the test doubles.
@@ -49,12 +49,17 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("kinetrace-roctracer-sys", &[]),
     (
         "kinetrace-rocm",
-        &["kinetrace-core", "kinetrace-rocprofiler-sdk-sys"],
+        &[
+            "kinetrace-core",
+            "kinetrace-rocprofiler-sdk-sys",
+            "kinetrace-roctracer-sys",
+        ],
     ),
     (
         "kinetrace-fake-rocprofiler-sdk",
         &["kinetrace-rocprofiler-sdk-sys"],
     ),
+    ("kinetrace-fake-roctracer", &["kinetrace-roctracer-sys"]),
     // The shim holds entry points only; everything else is the agent's.
     ("kinetrace-preload", &["kinetrace-agent"]),
     // Test doubles and helpers: below the facade, so every crate's tests may use them.
@@ -94,10 +99,12 @@ const DEV_ALLOWED: &[(&str, &[&str])] = &[
         &[
             "kinetrace-test-support",
             "kinetrace-fake-rocprofiler-sdk",
+            "kinetrace-fake-roctracer",
             "kinetrace-export",
         ],
     ),
     ("kinetrace-fake-rocprofiler-sdk", &[]),
+    ("kinetrace-fake-roctracer", &[]),
     (
         "kinetrace-preload",
         &[

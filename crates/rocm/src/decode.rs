@@ -18,6 +18,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use kinetrace_core::activity::{
     Activity, ApiCall, CallArgs, Detail, Kernel, Memcpy, MemcpyKind, Memory, MemoryKind, MemoryOp,
+    Memset,
 };
 use kinetrace_core::{intern, NameId, UnixNanos};
 
@@ -55,6 +56,11 @@ pub const FLOW_STARTS: &[&str] = &[
     "hipMemcpyWithStream",
     "hipGraphLaunch",
 ];
+
+/// roctracer's `HIP_OP_ID_DISPATCH`.
+const ROCTRACER_DISPATCH: u32 = 0;
+/// The ROCclr command of a fill (`FILL_BUFFER`): a memset.
+const ROCCLR_FILL_BUFFER: u32 = 0x1207;
 
 /// Launch calls held at most while their kernel's name is unknown; past it they go without one.
 pub const MAX_HELD: usize = 4096;
@@ -472,6 +478,73 @@ impl Decoder {
                         stream,
                         peer: None,
                     }),
+                }
+            }
+            Raw::Op {
+                correlation,
+                start,
+                end,
+                device,
+                queue,
+                op,
+                kind,
+                value,
+            } => {
+                // roctracer (Kineto's roctracer path): the device is the KFD node id, the stream
+                // the HIP stream's queue index, both as the record gives them.
+                let info = call(correlation).unwrap_or_default();
+                let device = device.max(0) as u32;
+                let stream = queue.min(u64::from(u32::MAX)) as u32;
+                let detail = match op {
+                    ROCTRACER_DISPATCH => Detail::Kernel(Kernel {
+                        name: NameId(value as u32),
+                        device,
+                        context: None,
+                        stream,
+                        grid: None,
+                        block: None,
+                        registers_per_thread: None,
+                        shared_memory: None,
+                        queued: None,
+                        graph_id: None,
+                        graph_node_id: None,
+                    }),
+                    _ if kind == ROCCLR_FILL_BUFFER => Detail::Memset(Memset {
+                        memory_kind: MemoryKind::Device,
+                        bytes: value,
+                        device,
+                        context: None,
+                        stream,
+                    }),
+                    _ => {
+                        let (kind, src_kind, dst_kind) = match kind {
+                            0x11F3 => (MemcpyKind::DtoH, MemoryKind::Device, MemoryKind::Host),
+                            0x11F4 => (MemcpyKind::HtoD, MemoryKind::Host, MemoryKind::Device),
+                            0x11F5 => (MemcpyKind::DtoD, MemoryKind::Device, MemoryKind::Device),
+                            _ => (
+                                MemcpyKind::Unknown,
+                                MemoryKind::Unknown,
+                                MemoryKind::Unknown,
+                            ),
+                        };
+                        Detail::Memcpy(Memcpy {
+                            kind,
+                            src_kind,
+                            dst_kind,
+                            bytes: value,
+                            device,
+                            context: None,
+                            stream,
+                            peer: None,
+                        })
+                    }
+                };
+                Activity {
+                    start: self.time(start),
+                    end: self.time(end),
+                    correlation: Some(correlation),
+                    external_id: (info.external != 0).then_some(info.external),
+                    detail,
                 }
             }
             Raw::Memory {

@@ -177,6 +177,26 @@ pub enum Raw {
         /// Bytes copied.
         bytes: u64,
     },
+    /// A roctracer HIP_OPS record: a dispatch (`value`: the interned kernel name) or a copy or
+    /// fill (`value`: bytes).
+    Op {
+        /// The enqueuing call's id.
+        correlation: u64,
+        /// Start (the HSA clock, ns).
+        start: u64,
+        /// End.
+        end: u64,
+        /// The device's KFD node id.
+        device: i32,
+        /// The HIP stream's queue index.
+        queue: u64,
+        /// `HIP_OP_ID_*`.
+        op: u32,
+        /// The ROCclr command kind.
+        kind: u32,
+        /// Kernel name id or bytes.
+        value: u64,
+    },
     /// A memory allocation or free (buffer tracing, SDK 1.x).
     Memory {
         /// The allocating call's id.
@@ -207,6 +227,7 @@ const HAS_OPTION: u64 = 1 << 16;
 const KERNEL: u64 = 2;
 const COPY: u64 = 3;
 const MEMORY: u64 = 4;
+const OP: u64 = 5;
 
 fn pair(a: u32, b: u32) -> u64 {
     u64::from(a) | (u64::from(b) << 32)
@@ -363,6 +384,27 @@ impl Raw {
                     bytes,
                 ]);
             }
+            Raw::Op {
+                correlation,
+                start,
+                end,
+                device,
+                queue,
+                op,
+                kind,
+                value,
+            } => {
+                w[..8].copy_from_slice(&[
+                    OP,
+                    correlation,
+                    start,
+                    end,
+                    u64::from(device as u32),
+                    queue,
+                    pair(op, kind),
+                    value,
+                ]);
+            }
             Raw::Memory {
                 correlation,
                 operation,
@@ -454,6 +496,19 @@ impl Raw {
                 dst_agent: w[6],
                 bytes: w[7],
             },
+            OP => {
+                let (op, kind) = split(w[6]);
+                Raw::Op {
+                    correlation: w[1],
+                    start: w[2],
+                    end: w[3],
+                    device: w[4] as u32 as i32,
+                    queue: w[5],
+                    op,
+                    kind,
+                    value: w[7],
+                }
+            }
             MEMORY => {
                 let (operation, tid) = split(w[2]);
                 Raw::Memory {
@@ -575,6 +630,16 @@ mod tests {
                 src_agent: 0x100,
                 dst_agent: 0x200,
                 bytes: u64::MAX,
+            },
+            Raw::Op {
+                correlation: 13,
+                start: 1,
+                end: 2,
+                device: -1,
+                queue: 3,
+                op: 1,
+                kind: 0x1207,
+                value: 1 << 33,
             },
             Raw::Memory {
                 correlation: 9,
