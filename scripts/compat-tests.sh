@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compatibility tests with real trace consumers: HolisticTraceAnalysis 0.5.0 and torch-tb-profiler 0.4.3
-# read traces kinetrace writes (tests/compat). Builds the example binaries that write them, sets up the
+# read traces kinetrace writes (tests/compat; a ROCm one from the fake rocprofiler-sdk too). Builds the example binaries that write them, sets up the
 # pinned Python environment (scripts/compat-venv.sh) and runs pytest; exits non-zero on any failure.
 #
 #   scripts/compat-tests.sh [PYTEST_ARGS...]     # from anywhere; e.g. -k hta, -x
@@ -10,11 +10,13 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 cargo build --release --example hta_fixture --example demo
+cargo build --release -p kinetrace-rocm --example rocm_fixture
 
 target_dir="$(cargo metadata --format-version 1 --no-deps |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
 export KINETRACE_HTA_FIXTURE="$target_dir/release/examples/hta_fixture"
 export KINETRACE_DEMO="$target_dir/release/examples/demo"
+export KINETRACE_ROCM_FIXTURE="$target_dir/release/examples/rocm_fixture"
 
 venv="$(scripts/compat-venv.sh)"
 
