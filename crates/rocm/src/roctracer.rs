@@ -87,18 +87,30 @@ impl fmt::Display for TracerError {
 pub(crate) struct TracerLive {
     tracer: &'static Tracer,
     pub(crate) info: TracerInfo,
-    decoder: Decoder,
-    /// HIP API ids of Kineto's skip list (their callbacks are turned off).
+    /// Made at the first record: the HIP API names (`roctracer_op_string` asks libamdhip64) and
+    /// the clock offset (`roctracer_get_timestamp` answers 0 before HSA is initialised) are only
+    /// sure to be there once HIP runs.
+    decoder: Option<Decoder>,
+    keep_noise: bool,
+    /// HIP API ids of Kineto's skip list (their callbacks are turned off), once known.
     noise: Vec<i32>,
     pub(crate) active: bool,
     dropped_before: u64,
 }
 
+/// The offset from the HSA clock to Unix time (as the SDK source's), taken once HIP runs.
 fn clock_offset(t: &Tracer) -> Result<i64, SdkError> {
     let mut best: Option<(u64, i64)> = None;
     for _ in 0..5 {
         let before = UnixNanos::now().0;
         let ns = ffi::timestamp(t)?;
+        if ns == 0 {
+            return Err(SdkError {
+                call: "roctracer_get_timestamp",
+                status: 0,
+                text: Some("answered 0 (HSA not initialised)".into()),
+            });
+        }
         let after = UnixNanos::now().0;
         let width = after.saturating_sub(before);
         let offset = (before + width / 2) as i64 - ns as i64;
@@ -157,20 +169,11 @@ pub(crate) fn open(config: &RocmConfig) -> Result<TracerLive, TracerError> {
         }
     };
     let path = tracer.path.clone();
-    let call = |error| TracerError::Call {
+    // Kineto's pool is 16 KiB; the SDK buffer's size keeps the callbacks as rare as there.
+    ffi::open_pool(tracer, config.buffer_bytes).map_err(|error| TracerError::Call {
         path: path.clone(),
         error,
-    };
-    // Kineto's pool is 16 KiB; the SDK buffer's size keeps the callbacks as rare as there.
-    ffi::open_pool(tracer, config.buffer_bytes).map_err(call)?;
-    let offset = clock_offset(tracer).map_err(call)?;
-    let names = ffi::hip_api_names(tracer, HIP_API_IDS);
-    let noise = names
-        .iter()
-        .filter(|(_, n)| NOISE.contains(&n.as_str()))
-        .map(|(op, _)| *op)
-        .collect();
-    let decoder = Decoder::new(&names, &[], Default::default(), offset, config.keep_noise);
+    })?;
     Ok(TracerLive {
         tracer,
         info: TracerInfo {
@@ -178,8 +181,9 @@ pub(crate) fn open(config: &RocmConfig) -> Result<TracerLive, TracerError> {
             origin: ORIGIN.get().copied().unwrap_or(Origin::Explicit),
             version: ffi::version(tracer.rt),
         },
-        decoder,
-        noise: if config.keep_noise { Vec::new() } else { noise },
+        decoder: None,
+        keep_noise: config.keep_noise,
+        noise: Vec::new(),
         active: false,
         dropped_before: tracer.queue.refused(),
     })
@@ -206,13 +210,35 @@ impl TracerLive {
         ffi::flush(self.tracer)
     }
 
+    /// The decoder, made now if this is the first record (see [`TracerLive::decoder`]).
+    fn decoder(&mut self) -> &mut Decoder {
+        let t = self.tracer;
+        let keep_noise = self.keep_noise;
+        let noise = &mut self.noise;
+        self.decoder.get_or_insert_with(|| {
+            let names = ffi::hip_api_names(t, HIP_API_IDS);
+            if !keep_noise {
+                *noise = names
+                    .iter()
+                    .filter(|(_, n)| NOISE.contains(&n.as_str()))
+                    .map(|(op, _)| *op)
+                    .collect();
+            }
+            // A failed read leaves GPU times unshifted rather than losing them.
+            let offset = clock_offset(t).unwrap_or(0);
+            Decoder::new(&names, &[], Default::default(), offset, keep_noise)
+        })
+    }
+
     pub(crate) fn drain(&mut self, emit: &mut dyn FnMut(&Activity)) {
         let t = self.tracer;
         while let Some(words) = t.queue.pop() {
             let Some(raw) = Raw::from_words(&words) else {
                 continue;
             };
-            let a = self.decoder.decode(&raw, |_| None, |c| t.external.call(c));
+            let a = self
+                .decoder()
+                .decode(&raw, |_| None, |c| t.external.call(c));
             if let Some(a) = a {
                 emit(&a);
             }

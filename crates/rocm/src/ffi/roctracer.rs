@@ -222,10 +222,14 @@ unsafe extern "C" fn api_callback(domain: u32, cid: u32, data: *const c_void, _a
                     return;
                 };
                 let (stack, n) = &mut *o;
-                if *n < STACK {
-                    stack[*n] = (d.correlation_id, ns);
-                    *n += 1;
+                if *n == STACK {
+                    // Full: the oldest entries are calls whose EXIT never came (recording turned
+                    // off between ENTER and EXIT); they go first.
+                    stack.copy_within(1.., 0);
+                    *n -= 1;
                 }
+                stack[*n] = (d.correlation_id, ns);
+                *n += 1;
             });
         } else if d.phase == rt::PHASE_EXIT {
             let start = OPEN
