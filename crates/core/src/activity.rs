@@ -247,6 +247,9 @@ pub struct Kernel {
     pub graph_id: Option<u32>,
     /// The node within that graph.
     pub graph_node_id: Option<u64>,
+    /// Write Kineto's ROCm `kind` arg (`Dispatch Kernel`): its ROCm events have it, its CUDA ones
+    /// do not.
+    pub kind_arg: bool,
 }
 
 /// Direction of a copy.
@@ -335,6 +338,9 @@ pub struct Memcpy {
     pub context: Option<u32>,
     /// Stream id.
     pub stream: u32,
+    /// Write Kineto's ROCm `kind` arg (the direction, `HtoD`): its ROCm events have it, its CUDA
+    /// ones do not.
+    pub kind_arg: bool,
     /// Source and destination of a peer-to-peer copy.
     pub peer: Option<PeerCopy>,
 }

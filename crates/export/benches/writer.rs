@@ -73,6 +73,7 @@ fn mix(n: usize) -> Vec<Activity> {
                     shared_memory: Some(0),
                     queued: None,
                     graph_id: None,
+                    kind_arg: false,
                     graph_node_id: None,
                 }),
             });

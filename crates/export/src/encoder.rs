@@ -405,6 +405,9 @@ impl Events {
                         opt_u64(args, key!("context"), k.context.map(u64::from));
                         args.u64(key!("stream"), k.stream as u64);
                         opt_u64(args, key!("correlation"), a.correlation);
+                        if k.kind_arg {
+                            args.str(key!("kind"), "Dispatch Kernel");
+                        }
                         let regs = k.registers_per_thread.map(u64::from);
                         opt_u64(args, key!("registers per thread"), regs);
                         opt_u64(args, key!("shared memory"), k.shared_memory);
@@ -451,6 +454,9 @@ impl Events {
                         }
                         args.u64(key!("stream"), m.stream as u64);
                         opt_u64(args, key!("correlation"), a.correlation);
+                        if m.kind_arg {
+                            args.str(key!("kind"), m.kind.as_str());
+                        }
                         args.u64(key!("bytes"), m.bytes);
                         bandwidth(args, m.bytes, a.dur_ns());
                     });

@@ -427,6 +427,7 @@ impl Decoder {
                         shared_memory: Some(u64::from(group_segment)),
                         queued: None,
                         graph_id: None,
+                        kind_arg: true,
                         graph_node_id: None,
                     }),
                 }
@@ -476,6 +477,7 @@ impl Decoder {
                         device: self.device(gpu_agent),
                         context: None,
                         stream,
+                        kind_arg: true,
                         peer: None,
                     }),
                 }
@@ -507,6 +509,7 @@ impl Decoder {
                         shared_memory: None,
                         queued: None,
                         graph_id: None,
+                        kind_arg: true,
                         graph_node_id: None,
                     }),
                     _ if kind == ROCCLR_FILL_BUFFER => Detail::Memset(Memset {
@@ -535,6 +538,7 @@ impl Decoder {
                             device,
                             context: None,
                             stream,
+                            kind_arg: true,
                             peer: None,
                         })
                     }

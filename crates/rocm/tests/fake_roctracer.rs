@@ -183,6 +183,8 @@ fn check_roctracer_trace(trace: &Value) {
     assert_eq!(copies.len(), 1);
     assert_eq!(copies[0]["name"], "Memcpy HtoD (Host -> Device)");
     assert_eq!(args(copies[0])["bytes"], 2560);
+    assert_eq!(args(copies[0])["kind"], "HtoD");
+    assert_eq!(args(kernels[0])["kind"], "Dispatch Kernel");
     let sets = x(trace, "gpu_memset");
     assert_eq!(sets.len(), 1, "a FILL_BUFFER is a memset");
     assert_eq!(args(sets[0])["bytes"], 4096);
