@@ -5,13 +5,16 @@
 //! fakes' fault configuration, is process-wide).
 
 use std::ffi::CString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use kinetrace_core::activity::ActivitySet;
+use kinetrace_core::schedule::Schedule;
+use kinetrace_core::session::{Session, SessionConfig, Trigger};
+use kinetrace_export::TraceDir;
 use kinetrace_rocm::{Backend, RocmConfig, RocmSource};
 use kinetrace_test_support::fake::{fake_rocprofiler_sdk_in, fake_roctracer_in};
 use kinetrace_test_support::process::{in_child, wait_until};
-use kinetrace_test_support::trace::{events, load_only_trace, x};
+use kinetrace_test_support::trace::{events, load_json, load_only_trace, x};
 use kinetrace_test_support::{annotation, trace_session, Log};
 use serde_json::Value;
 
@@ -290,6 +293,75 @@ fn roctracer_when_rocprofiler_sdk_was_registered_too_late() {
                 .contains("registered too late"));
         },
     );
+}
+
+/// Two windows of a schedule: roctracer is on only inside them, each trace holds its own active
+/// step, and from the second window on Kineto's skip list no longer even calls back.
+#[test]
+fn roctracer_windows_turn_it_on_and_off() {
+    in_child("roctracer_windows_turn_it_on_and_off", &[], || {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = fake_roctracer_in(dir.path());
+        let fake = Fake::open(&lib);
+        let source = RocmSource::new(config(&lib));
+        let log = Log::default();
+        let out = dir.path().join("traces");
+        let session = Session::start(
+            SessionConfig {
+                activities: ActivitySet::all(),
+                // wait, warm-up, active; twice.
+                trigger: Trigger::Schedule(Schedule::new(1, 1, 1).unwrap().with_repeat(2)),
+                log: log.log_fn(),
+                ..SessionConfig::default()
+            },
+            vec![Box::new(source)],
+            Box::new(TraceDir::new(&out)),
+            None,
+        )
+        .unwrap();
+        let mut noise_callbacks = Vec::new();
+        for step in 0..6 {
+            // Warm-up (steps 1, 4) turns roctracer on; the step after each active one, off.
+            let on = matches!(step, 1 | 2 | 4 | 5);
+            wait_until(
+                "roctracer to follow the schedule",
+                || (fake.stats().api_enabled == 1) == on,
+                || format!("step {step}: {:?} {:?}", fake.stats(), log.lines()),
+            );
+            fake.kernel(&format!("k{step}"), 0, 0);
+            let before = fake.stats().callbacks;
+            fake.api("hipGetDevice");
+            noise_callbacks.push(fake.stats().callbacks - before);
+            session.step();
+        }
+        let written = session.stop();
+        assert_eq!(written.len(), 2, "{:?}", log.lines());
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        let names: Vec<Vec<String>> = files
+            .iter()
+            .map(|f| {
+                let t = load_json(f);
+                x(&t, "kernel")
+                    .iter()
+                    .map(|k| k["name"].as_str().unwrap().to_owned())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(names, [vec!["k2".to_owned()], vec!["k5".to_owned()]]);
+        // Off outside windows; on in the first window (names not known yet); off per operation
+        // from the second window on.
+        assert_eq!(noise_callbacks, [0, 2, 2, 0, 0, 0], "{:?}", log.lines());
+        assert_eq!(
+            log.lines().len(),
+            1,
+            "one line says roctracer is used: {:?}",
+            log.lines()
+        );
+    });
 }
 
 #[test]
