@@ -167,6 +167,7 @@ impl Rank<'_> {
                 pid: self.pid,
                 tid: self.tid,
                 launches_work: true,
+                args: Default::default(),
             }),
         });
         let detail = match work {
@@ -181,6 +182,7 @@ impl Rank<'_> {
                 shared_memory: Some(0),
                 queued: None,
                 graph_id: None,
+                kind_arg: false,
                 graph_node_id: None,
             }),
             Work::Memcpy { bytes, stream } => Detail::Memcpy(Memcpy {
@@ -191,6 +193,7 @@ impl Rank<'_> {
                 device: DEVICE,
                 context: Some(1),
                 stream,
+                kind_arg: false,
                 peer: None,
             }),
         };

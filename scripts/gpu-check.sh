@@ -13,6 +13,12 @@
 #                                    table; output and logs in DIR (default ./gpu-check-out-TIME).
 #                                    Exit 0 all checks passed, 1 a check failed, 2 no GPU/driver or
 #                                    nothing staged. Finishes in under 8 minutes.
+#   scripts/gpu-check.sh rocm [DIR]  there, on an AMD machine with ROCm and ROCm PyTorch (issue 11):
+#                                    the training loop under torch.profiler and under
+#                                    `kinetrace record` with the staged shim as rocprofiler-sdk tool
+#                                    (ROCP_TOOL_LIBRARIES), compared, with the ROCm trace checks.
+#                                    Needs GPU_CHECK_BUILD_CLI=1 at build. Same exit codes. PREPARED
+#                                    ONLY: never run, no AMD GPU has been available to the project.
 #
 # The staged folder is self-contained: copy target/gpu-check/ to the GPU machine and run
 # `gpu-check/gpu-check.sh run` there (or run this script from the repository, which finds it).
@@ -22,7 +28,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 MAX_STAGE_BYTES=$((64 * 1024 * 1024))
 
 usage() {
-    sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 die() {
@@ -160,7 +166,56 @@ cmd_run() {
     exit "$rc"
 }
 
+# Is there a usable AMD GPU (the KFD device and an agent rocminfo reports as a GPU)? One clear line
+# if not.
+amd_gpu_present() {
+    if [[ ! -e /dev/kfd ]]; then
+        echo "/dev/kfd is absent (no amdgpu kernel driver)"
+        return 1
+    fi
+    if command -v rocminfo > /dev/null; then
+        if ! rocminfo 2> /dev/null | grep -q 'Device Type:[[:space:]]*GPU'; then
+            echo "rocminfo lists no GPU agent"
+            return 1
+        fi
+    fi
+    return 0
+}
+
+cmd_rocm() {
+    local out=${1:-"gpu-check-rocm-out-$(date +%Y%m%d-%H%M%S)"}
+    command -v python3 > /dev/null || die "python3 not found"
+    local stage why
+    stage=$(stage_dir)
+    if [[ ! -x "$stage/bin/kinetrace" || ! -f "$stage/bin/libkinetrace.so" ]]; then
+        die "no kinetrace CLI and shim staged in $stage: run 'GPU_CHECK_BUILD_CLI=1 scripts/gpu-check.sh build' first"
+    fi
+    if ! why=$(amd_gpu_present); then
+        echo "gpu-check: no AMD GPU / ROCm driver found ($why); nothing was run" >&2
+        exit 2
+    fi
+    mkdir -p "$out"
+    out=$(cd "$out" && pwd)
+    if command -v rocm-smi > /dev/null; then
+        rocm-smi --showproductname 2> /dev/null | grep -i 'card series' | sed 's/^/gpu-check: GPU: /' || true
+    fi
+    echo "gpu-check: staged from $(head -2 "$stage/MANIFEST" 2> /dev/null | tr '\n' ' ')"
+    echo "gpu-check: output in $out"
+    local rc=0
+    GPU_CHECK_BUDGET_S=${GPU_CHECK_BUDGET_S:-450} timeout --kill-after=10 470 \
+        python3 "$stage/check/gpu_check.py" rocm --stage "$stage" --out "$out" 2>&1 | tee "$out/summary.txt" || rc=${PIPESTATUS[0]}
+    if ((rc == 124 || rc == 137)); then
+        echo "gpu-check: FAILED: the check ran past 470 s and was stopped (partial output in $out)" | tee -a "$out/summary.txt"
+        exit 1
+    fi
+    exit "$rc"
+}
+
 case "${1:-}" in
+    rocm)
+        shift
+        cmd_rocm "$@"
+        ;;
     build)
         shift
         cmd_build "$@"

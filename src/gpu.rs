@@ -1,5 +1,6 @@
 //! The GPU backend a profiler records with by default: CUPTI on NVIDIA (feature `cupti`), else
-//! rocprofiler-sdk on AMD (feature `rocm`), both loaded at run time. On a machine with neither the
+//! rocprofiler-sdk on AMD (feature `rocm`; roctracer 4.1 when the SDK is absent or registered too
+//! late), all loaded at run time. On a machine with neither the
 //! source is still added; it records nothing, says why in one line when recording first starts,
 //! and the trace metadata says the same (`cupti_status`), so the profiler records CPU activity
 //! only. A node where rocprofiler-sdk exists but cannot be used (registered too late, say) gets the
@@ -49,7 +50,7 @@ pub(crate) fn source(_settings: &GpuSettings, log: &LogFn) -> Box<dyn ActivitySo
     Box::new(kinetrace_rocm::RocmSource::new(config))
 }
 
-/// The ROCm source, unless no rocprofiler-sdk was found at all.
+/// The ROCm source, unless neither rocprofiler-sdk nor roctracer was found.
 #[cfg(all(feature = "cupti", feature = "rocm"))]
 fn rocm_source(log: &LogFn) -> Option<kinetrace_rocm::RocmSource> {
     use kinetrace_rocm::{RocmConfig, RocmOpenError, RocmSource};
@@ -58,7 +59,8 @@ fn rocm_source(log: &LogFn) -> Option<kinetrace_rocm::RocmSource> {
         ..RocmConfig::default()
     });
     match source.library_info() {
-        Err(RocmOpenError::NotFound(_)) => None,
+        // Neither rocprofiler-sdk nor roctracer.
+        Err(RocmOpenError::NotFound(_)) if !source.is_live() => None,
         _ => Some(source),
     }
 }

@@ -15,6 +15,12 @@ Subcommands:
   selftest [--out DIR]             synthesises a trace in the workload's shape, checks that it passes
                                    and that each kind of damage is caught (no GPU needed).
   torch-workload ...               the PyTorch workloads (run by `all`; prints one JSON line).
+  rocm --stage DIR --out DIR       the check on an AMD machine with ROCm PyTorch (issue 11): the
+                                   training loop under torch.profiler (Kineto's ROCm path) and under
+                                   `kinetrace record` (the staged shim registered as a rocprofiler-sdk
+                                   tool through ROCP_TOOL_LIBRARIES), compared; the trace checks that
+                                   apply, plus the ROCm ones (`rocm_trace_checks`). Never run yet: no
+                                   AMD GPU has been available to the project.
 """
 
 import argparse
@@ -260,6 +266,38 @@ def check_trace(tr, expect, span_name="iter", busy=None, slack_us=20.0):
     return res
 
 
+HIP_LAUNCHES = ("hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel")
+
+
+def rocm_trace_checks(tr):
+    """The ROCm-specific checks of a kinetrace trace (docs/rocm-support.md): which backend recorded
+    it, HIP calls with Kineto's `cid`, launch arguments as Kineto writes them (rocprofiler-sdk
+    backend), kernels on the rows of their stream. Returns [(name, ok, detail)]."""
+    res = []
+
+    def add(name, ok, detail):
+        res.append((name, ok if ok is None else bool(ok), detail))
+
+    data = tr.data if isinstance(tr.data, dict) else {}
+    backend = data.get("rocm_backend")
+    add("ROCm backend named", backend in ("rocprofiler-sdk", "roctracer"),
+        "rocm_backend %r (%s)" % (backend, data.get("rocprofiler_sdk_version") or data.get("roctracer_version")))
+    no_cid = [e["name"] for e in tr.api if "cid" not in (e.get("args") or {})]
+    add("HIP calls carry cid", tr.api and not no_cid, "%d of %d without %s" % (len(no_cid), len(tr.api), no_cid[:3]))
+    if backend == "rocprofiler-sdk":
+        launches = [e for e in tr.api if e.get("name") in HIP_LAUNCHES]
+        bad = [e["name"] for e in launches
+               if not all(k in (e.get("args") or {}) for k in ("stream", "grid", "block", "shared memory"))]
+        add("launch arguments (stream, grid, block, shared memory)", launches and not bad,
+            "%d launches, %d without %s" % (len(launches), len(bad), bad[:3]))
+        named = sum(1 for e in launches if "kernel" in (e.get("args") or {}))
+        add("launches naming their kernel", None, "%d of %d" % (named, len(launches)))
+    rows_bad = [e["name"] for e in tr.gpu
+                if e.get("pid") != (e.get("args") or {}).get("device") or e.get("tid") != (e.get("args") or {}).get("stream")]
+    add("GPU rows are (device, stream)", not rows_bad, "%d off %s" % (len(rows_bad), rows_bad[:3]))
+    return res
+
+
 # --------------------------------------------------------------------------------------------------
 # A synthetic trace in the workload's shape (self-test without a GPU)
 
@@ -351,6 +389,42 @@ def selftest(out_dir):
     damaged("a kernel outside its step",
             lambda evs: evs[first(evs, lambda e: e.get("name") == "kt_vadd")].__setitem__("ts", 10.0), "GPU records within their step")
     damaged("a step missing", lambda evs: evs.pop(first(evs, lambda e: e.get("name") == "ProfilerStep#3")), "recorded steps")
+
+    # The ROCm checks, on the synthetic trace turned into a rocprofiler-sdk one.
+    def as_rocm(t):
+        t["rocm_backend"] = "rocprofiler-sdk"
+        for e in t["traceEvents"]:
+            if e.get("cat") in API_CATS:
+                e["cat"] = "cuda_runtime"
+                e["name"] = "hipLaunchKernel"
+                a = e.setdefault("args", {})
+                a["cid"] = a.pop("cbid", 214)
+                a.update({"stream": "0x0", "grid": [1, 1, 1], "block": [64, 1, 1], "shared memory": 0})
+        return t
+
+    rocm = as_rocm(copy.deepcopy(good))
+    res = rocm_trace_checks(Trace(rocm))
+    bad = [r for r in res if r[1] is False]
+    print("selftest: clean synthetic ROCm trace: %d checks, %d failed" % (len(res), len(bad)))
+    for r in bad:
+        print("  unexpected failure: %s: %s" % (r[0], r[2]))
+    failures += len(bad)
+    for what, mutate, expect_fail in [
+        ("no rocm_backend", lambda t: t.pop("rocm_backend"), "ROCm backend named"),
+        ("a call with cbid, not cid",
+         lambda t: t["traceEvents"][first(t["traceEvents"], lambda e: e.get("cat") == "cuda_runtime")]["args"].pop("cid"),
+         "HIP calls carry cid"),
+        ("a launch without its grid",
+         lambda t: t["traceEvents"][first(t["traceEvents"], lambda e: e.get("cat") == "cuda_runtime")]["args"].pop("grid"),
+         "launch arguments (stream, grid, block, shared memory)"),
+    ]:
+        t = copy.deepcopy(rocm)
+        mutate(t)
+        failed = {r[0] for r in rocm_trace_checks(Trace(t)) if r[1] is False}
+        ok = expect_fail in failed
+        print("selftest: %-42s -> %s" % (what, "caught by '%s'" % expect_fail if ok else "NOT caught (failed: %s)" % sorted(failed)))
+        if not ok:
+            failures += 1
     print("selftest: %s" % ("passed" if failures == 0 else "%d problem(s)" % failures))
     return 0 if failures == 0 else 1
 
@@ -809,6 +883,72 @@ def cmd_all(a):
     return 1 if s.failed() else 0
 
 
+def cmd_rocm(a):
+    """The ROCm check (see the module docs). Exit 0 passed, 1 a check failed, 2 no ROCm GPU."""
+    s = Summary()
+    stage = os.path.abspath(a.stage)
+    out = os.path.abspath(a.out)
+    os.makedirs(out, exist_ok=True)
+    me = os.path.abspath(__file__)
+    py = sys.executable
+    rc, so, se = run_child([py, "-c", "import json, torch; print(json.dumps({'torch': torch.__version__, "
+                            "'hip': torch.version.hip, 'gpu': torch.cuda.is_available(), "
+                            "'device': torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}))"],
+                           120, env=torch_env(), log=os.path.join(out, "rocm-probe.log"))
+    info = last_json(so) or {}
+    if not info.get("hip") or not info.get("gpu"):
+        s.add("setup", "ROCm PyTorch with a GPU", False, "rc %d: %s" % (rc, info or se.strip()[-200:]))
+        s.print()
+        return 2
+    s.add("setup", "ROCm PyTorch", None, "torch %s, HIP %s, %s" % (info["torch"], info["hip"], info["device"]))
+    cli = os.path.join(stage, "bin", "kinetrace")
+    shim = os.path.join(stage, "bin", "libkinetrace.so")
+    if not (os.path.exists(cli) and os.path.exists(shim)):
+        s.add("setup", "staged CLI and shim", False, "build with GPU_CHECK_BUILD_CLI=1 scripts/gpu-check.sh build")
+        s.print()
+        return 1
+    start, active, n = 2, 3, a.train_iterations
+    common = ["--mode", "train", "--iterations", str(n), "--start", str(start), "--active", str(active)]
+    progress("rocm 1/2: training loop under torch.profiler (Kineto's ROCm path)")
+    tt_out = os.path.join(out, "train-torch")
+    shutil.rmtree(tt_out, ignore_errors=True)
+    rc, so, se = run_child([py, me, "torch-workload", "--profiler", "torch", "--out", tt_out] + common, 180,
+                           env=torch_env(), log=os.path.join(out, "train-torch.log"))
+    tt = last_json(so) or {}
+    s.add("train torch.profiler", "ran", rc == 0 and bool(tt.get("traces")), "rc %d, %s" % (rc, tt.get("traces")))
+    progress("rocm 2/2: training loop under `kinetrace record` (ROCP_TOOL_LIBRARIES=%s)" % shim)
+    kr_out = os.path.join(out, "train-kinetrace")
+    shutil.rmtree(kr_out, ignore_errors=True)
+    env = torch_env()
+    # The dependable way in (docs/rocm-support.md): the SDK registers the shim as a tool.
+    env["ROCP_TOOL_LIBRARIES"] = shim
+    rc, so, se = run_child([cli, "record", "--iterations", str(active), "--start-iteration", str(start), "-o", kr_out,
+                            "--", py, me, "torch-workload", "--profiler", "none", "--out", kr_out + "-unused"] + common,
+                           180, env=env, log=os.path.join(out, "train-kinetrace.log"))
+    ktraces = find_traces(kr_out)
+    s.add("kinetrace record", "ran", rc == 0 and bool(ktraces), "rc %d, %d trace(s) in %s" % (rc, len(ktraces), kr_out))
+    if ktraces:
+        ktr = Trace(load_trace(ktraces[0]), ktraces[0])
+        for name, ok, detail in rocm_trace_checks(ktr):
+            s.add("ROCm trace", name, ok, detail)
+        for name, ok, detail in check_trace(ktr, {}, span_name="any"):
+            if name in ("trace has GPU records", "correlation ids", "runtime/driver call per GPU record",
+                        "durations > 0", "GPU records within their step", "no dropped events"):
+                s.add("kinetrace record trace", name, ok, detail)
+        if tt.get("traces"):
+            ttr = Trace(load_trace(tt["traces"][0]), tt["traces"][0])
+            theirs, ours = per_step_kernels(ttr), per_step_kernels(ktr)
+            s.add("kinetrace record", "recorded steps", len(ours) == active,
+                  "kinetrace %s, torch.profiler %s" % (sorted(ours), sorted(theirs)))
+            s.add("compare", "kernels per step (training)", sorted(ours.values()) == sorted(theirs.values()) and len(ours) > 0,
+                  "kinetrace %s, torch.profiler %s" % (sorted(ours.values()), sorted(theirs.values())))
+            for name, ok, detail in framework_view_checks(ktr, ttr):
+                s.add("framework view", name, ok, detail)
+    s.print()
+    progress("done in %.0fs (logs in %s)" % (time.monotonic() - T0, out))
+    return 1 if s.failed() else 0
+
+
 def _gpu_time_by_op(tr):
     """GPU time (µs) of the kernels each CPU op launched, by op name (kernel External id -> the
     cpu_op with that External id), and the kernels whose External id names no cpu_op."""
@@ -904,6 +1044,10 @@ def main(argv=None):
     pc.add_argument("--span", default="iter", help="span kernels must link to by External id ('any': any span)")
     pc.add_argument("--busy", help="NAME:US: kernels named NAME last about US microseconds")
     pc.add_argument("--slack-us", type=float, default=20.0)
+    pr = sub.add_parser("rocm")
+    pr.add_argument("--stage", required=True)
+    pr.add_argument("--out", required=True)
+    pr.add_argument("--train-iterations", type=int, default=14)
     ps = sub.add_parser("selftest")
     ps.add_argument("--out", default="/tmp/gpu-check-selftest")
     pt = sub.add_parser("torch-workload")
@@ -923,6 +1067,8 @@ def main(argv=None):
         return cmd_check_trace(a)
     if a.cmd == "selftest":
         return selftest(a.out)
+    if a.cmd == "rocm":
+        return cmd_rocm(a)
     if a.cmd == "torch-workload":
         return torch_workload(a)
     p.print_help()

@@ -53,6 +53,7 @@ fn session() -> (TraceMeta, Vec<Activity>) {
         shared_memory: Some(4096),
         queued: None,
         graph_id: Some(3),
+        kind_arg: false,
         graph_node_id: Some(17),
     };
     let acts = vec![
@@ -81,6 +82,7 @@ fn session() -> (TraceMeta, Vec<Activity>) {
                 pid: 4242,
                 tid: 4243,
                 launches_work: true,
+                args: Default::default(),
             }),
         },
         Activity {
@@ -103,6 +105,7 @@ fn session() -> (TraceMeta, Vec<Activity>) {
                 device: 0,
                 context: Some(1),
                 stream: 7,
+                kind_arg: false,
                 peer: None,
             }),
         },
@@ -119,6 +122,7 @@ fn session() -> (TraceMeta, Vec<Activity>) {
                 device: 0,
                 context: Some(1),
                 stream: 8,
+                kind_arg: false,
                 peer: Some(PeerCopy {
                     src_device: 0,
                     dst_device: 1,
@@ -181,6 +185,7 @@ fn session() -> (TraceMeta, Vec<Activity>) {
                 pid: 4242,
                 tid: 4243,
                 launches_work: false,
+                args: Default::default(),
             }),
         },
         Activity {

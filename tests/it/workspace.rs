@@ -4,11 +4,11 @@ use std::path::Path;
 
 /// (package, kinetrace packages it may depend on: normal and build dependencies).
 ///
-/// The direction: core ← export ← analysis; core, cupti-sys ← cupti; core, rocprofiler-sdk-sys ←
-/// rocm; core, export ← dynolog (the dynolog client); the facade (`kinetrace`) → core, export,
-/// cupti, rocm, dynolog, perfetto; the injected-process runtime (`kinetrace-agent`) → facade
-/// (+ core, export); the shim (`kinetrace-preload`) → agent only; the cli → agent, facade,
-/// analysis, perfetto (+ core, export).
+/// The direction: core ← export ← analysis; core, cupti-sys ← cupti; core, rocprofiler-sdk-sys,
+/// roctracer-sys ← rocm; core, export ← dynolog (the dynolog client); the facade (`kinetrace`) →
+/// core, export, cupti, rocm, dynolog, perfetto; the injected-process runtime (`kinetrace-agent`)
+/// → facade (+ core, export); the shim (`kinetrace-preload`) → agent only; the cli → agent,
+/// facade, analysis, perfetto (+ core, export).
 /// Nothing depends on cli or preload, and only tests depend on the test doubles.
 const ALLOWED: &[(&str, &[&str])] = &[
     ("kinetrace-core", &[]),
@@ -56,12 +56,17 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("kinetrace-roctracer-sys", &[]),
     (
         "kinetrace-rocm",
-        &["kinetrace-core", "kinetrace-rocprofiler-sdk-sys"],
+        &[
+            "kinetrace-core",
+            "kinetrace-rocprofiler-sdk-sys",
+            "kinetrace-roctracer-sys",
+        ],
     ),
     (
         "kinetrace-fake-rocprofiler-sdk",
         &["kinetrace-rocprofiler-sdk-sys"],
     ),
+    ("kinetrace-fake-roctracer", &["kinetrace-roctracer-sys"]),
     // The shim holds entry points only; everything else is the agent's.
     ("kinetrace-preload", &["kinetrace-agent"]),
     // Test doubles and helpers: below the facade, so every crate's tests may use them.
@@ -101,12 +106,14 @@ const DEV_ALLOWED: &[(&str, &[&str])] = &[
         &[
             "kinetrace-test-support",
             "kinetrace-fake-rocprofiler-sdk",
+            "kinetrace-fake-roctracer",
             "kinetrace-export",
         ],
     ),
     ("kinetrace-fake-rocprofiler-sdk", &[]),
     ("kinetrace-dynolog", &[]),
     ("kinetrace-perfetto", &[]),
+    ("kinetrace-fake-roctracer", &[]),
     (
         "kinetrace-preload",
         &[

@@ -338,6 +338,30 @@ fn find_shim() -> Result<PathBuf> {
     )
 }
 
+/// `ROCP_TOOL_LIBRARIES` with the shim in it: rocprofiler-sdk registers the libraries it names as
+/// tools when a ROCm runtime starts, the dependable way in on AMD (docs/rocm-support.md). Tools
+/// already named stay first. The SDK splits the list on `:` and some versions drop the entry after
+/// the last one, so a list ends with `:`; one entry alone needs none.
+fn rocp_tool_libraries(old: Option<OsString>, shim: &Path) -> OsString {
+    let Some(old) = old.filter(|v| !v.is_empty()) else {
+        return shim.as_os_str().to_os_string();
+    };
+    if old
+        .to_string_lossy()
+        .split(':')
+        .any(|e| Path::new(e) == shim)
+    {
+        return old;
+    }
+    let mut v = old;
+    if !v.to_string_lossy().ends_with(':') {
+        v.push(":");
+    }
+    v.push(shim);
+    v.push(":");
+    v
+}
+
 /// Runs the plan; exits with the command's status. `signals` was installed before anything else
 /// (see [`crate::signals`]).
 pub fn run_record(plan: RecordPlan, signals: &Forwarder) -> Result<ExitCode> {
@@ -364,6 +388,10 @@ pub fn run_record(plan: RecordPlan, signals: &Forwarder) -> Result<ExitCode> {
         if std::env::var_os("CUDA_INJECTION64_PATH").is_none_or(|v| v.is_empty()) {
             cmd.env("CUDA_INJECTION64_PATH", shim);
         }
+        cmd.env(
+            "ROCP_TOOL_LIBRARIES",
+            rocp_tool_libraries(std::env::var_os("ROCP_TOOL_LIBRARIES"), shim),
+        );
         match python_dir() {
             Ok(dir) => {
                 let mut pp = dir.path().as_os_str().to_os_string();
@@ -598,6 +626,27 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 mod tests {
     use super::*;
     use clap::Parser;
+
+    #[test]
+    fn the_shim_joins_rocp_tool_libraries() {
+        let shim = Path::new("/k/libkinetrace.so");
+        let got = |old: Option<&str>| {
+            rocp_tool_libraries(old.map(Into::into), shim)
+                .to_string_lossy()
+                .into_owned()
+        };
+        assert_eq!(got(None), "/k/libkinetrace.so");
+        assert_eq!(got(Some("")), "/k/libkinetrace.so");
+        assert_eq!(
+            got(Some("/t/libtool.so")),
+            "/t/libtool.so:/k/libkinetrace.so:"
+        );
+        assert_eq!(
+            got(Some("/t/libtool.so:")),
+            "/t/libtool.so:/k/libkinetrace.so:"
+        );
+        assert_eq!(got(Some("/k/libkinetrace.so:")), "/k/libkinetrace.so:");
+    }
 
     fn plan(args: &[&str], env: &[(&str, &str)]) -> Result<RecordPlan> {
         let cli = crate::cli::Cli::try_parse_from(args)?;

@@ -608,6 +608,39 @@ fn the_python_directory_is_fresh_private_and_ignores_planted_paths() {
 }
 
 #[test]
+fn record_names_the_shim_as_a_rocprofiler_sdk_tool() {
+    let w = World::new();
+    let shim = built().shim.display().to_string();
+    for (old, want) in [
+        (None, shim.clone()),
+        (Some("/t/libtool.so"), format!("/t/libtool.so:{shim}:")),
+    ] {
+        let mut c = w.kinetrace(&[
+            "record",
+            "--no-summary",
+            "-o",
+            "traces",
+            "--",
+            "sh",
+            "-c",
+            "echo \"rtl=$ROCP_TOOL_LIBRARIES\"",
+        ]);
+        match old {
+            Some(v) => c.env("ROCP_TOOL_LIBRARIES", v),
+            None => c.env_remove("ROCP_TOOL_LIBRARIES"),
+        };
+        let o = output(&mut c, RUN);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        assert_eq!(
+            text(&o.stdout),
+            format!("rtl={want}\n"),
+            "{}",
+            text(&o.stderr)
+        );
+    }
+}
+
+#[test]
 fn an_unusable_tmpdir_runs_the_command_without_the_python_hook() {
     let w = World::new();
     let file = w.tmp.path().join("a-file");

@@ -165,6 +165,61 @@ pub struct ApiCall {
     pub tid: u32,
     /// Whether this call launches GPU work (or waits for it), so the trace draws a flow from it.
     pub launches_work: bool,
+    /// Which backend's call it is and what of its arguments the trace shows.
+    pub args: CallArgs,
+}
+
+/// The arguments of a runtime call the trace shows, and whose call it is: Kineto writes a CUDA
+/// call's id as `cbid` and a HIP call's as `cid`, with the launch, copy and allocation arguments of
+/// HIP calls (its ROCm path's `cuda_runtime` args). Every variant but [`CallArgs::None`] is a HIP
+/// call. Values are as the call received them: addresses and streams are the pointers' values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CallArgs {
+    /// A CUDA (CUPTI) call: nothing beyond the callback id (`cbid`).
+    #[default]
+    None,
+    /// A HIP call (`cid`) with no argument the trace shows (or none the SDK gave).
+    Hip,
+    /// A HIP kernel launch: `kernel` (when known), `stream`, `grid`, `block`, `shared memory`.
+    HipLaunch {
+        /// The kernel's name, when kinetrace knows the launched function.
+        kernel: Option<NameId>,
+        /// The `hipStream_t` (0: the null stream).
+        stream: u64,
+        /// The grid as the call gave it (`numBlocks`, `gridDim*`, `globalWorkSize*`).
+        grid: [u32; 3],
+        /// The block as the call gave it (`dimBlocks`, `blockDim*`, `localWorkSize*`).
+        block: [u32; 3],
+        /// Dynamic LDS bytes (`sharedMemBytes`).
+        shared_memory: u32,
+    },
+    /// A HIP copy: `stream` (calls that take one), `src`, `dst`, `size`, `kind` (`hipMemcpyKind`).
+    HipCopy {
+        /// The `hipStream_t`, for the calls that take one.
+        stream: Option<u64>,
+        /// Source address.
+        src: u64,
+        /// Destination address.
+        dst: u64,
+        /// `sizeBytes`.
+        size: u64,
+        /// `hipMemcpyKind` as a number (0 HtoH, 1 HtoD, 2 DtoH, 3 DtoD, 4 default).
+        kind: u32,
+    },
+    /// `hipMalloc` / `hipFree`: `ptr`, and for an allocation its `size`.
+    HipMalloc {
+        /// The block (hipMalloc: the one returned; hipFree: the one freed).
+        ptr: u64,
+        /// Bytes asked for (hipMalloc only).
+        size: Option<u64>,
+    },
+}
+
+impl CallArgs {
+    /// Whether this is a HIP call (Kineto's ROCm path names its id `cid`).
+    pub fn is_hip(&self) -> bool {
+        !matches!(self, CallArgs::None)
+    }
 }
 
 /// A kernel execution.
@@ -192,6 +247,9 @@ pub struct Kernel {
     pub graph_id: Option<u32>,
     /// The node within that graph.
     pub graph_node_id: Option<u64>,
+    /// Write Kineto's ROCm `kind` arg (`Dispatch Kernel`): its ROCm events have it, its CUDA ones
+    /// do not.
+    pub kind_arg: bool,
 }
 
 /// Direction of a copy.
@@ -236,6 +294,8 @@ impl MemcpyKind {
 pub enum MemoryKind {
     Pageable,
     Pinned,
+    /// Host memory of a kind the backend does not tell (ROCm copies: Kineto's `Host`).
+    Host,
     Device,
     Array,
     Managed,
@@ -250,6 +310,7 @@ impl MemoryKind {
         match self {
             MemoryKind::Pageable => "Pageable",
             MemoryKind::Pinned => "Pinned",
+            MemoryKind::Host => "Host",
             MemoryKind::Device => "Device",
             MemoryKind::Array => "Array",
             MemoryKind::Managed => "Managed",
@@ -277,6 +338,9 @@ pub struct Memcpy {
     pub context: Option<u32>,
     /// Stream id.
     pub stream: u32,
+    /// Write Kineto's ROCm `kind` arg (the direction, `HtoD`): its ROCm events have it, its CUDA
+    /// ones do not.
+    pub kind_arg: bool,
     /// Source and destination of a peer-to-peer copy.
     pub peer: Option<PeerCopy>,
 }

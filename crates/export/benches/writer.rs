@@ -53,6 +53,7 @@ fn mix(n: usize) -> Vec<Activity> {
                 pid: 4242,
                 tid: 4243,
                 launches_work: true,
+                args: Default::default(),
             }),
         });
         for k in 0..2 {
@@ -72,6 +73,7 @@ fn mix(n: usize) -> Vec<Activity> {
                     shared_memory: Some(0),
                     queued: None,
                     graph_id: None,
+                    kind_arg: false,
                     graph_node_id: None,
                 }),
             });

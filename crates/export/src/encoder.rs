@@ -283,6 +283,64 @@ impl Events {
         }
     }
 
+    /// A runtime call's id, correlation and arguments, in the order and form Kineto writes them:
+    /// CUDA's `cbid`; HIP's `cid` with its ROCm path's launch, copy and allocation arguments
+    /// (addresses as `"0x…"` strings, a copy's size and kind as strings, as in its traces).
+    #[inline(always)]
+    fn call_args(&mut self, args: &mut Event<'_>, c: &ApiCall, correlation: Option<u64>) {
+        let id = c.cbid.map(u64::from);
+        match c.args {
+            CallArgs::None => {
+                opt_u64(args, key!("cbid"), id);
+                opt_u64(args, key!("correlation"), correlation);
+            }
+            CallArgs::Hip => {
+                opt_u64(args, key!("cid"), id);
+                opt_u64(args, key!("correlation"), correlation);
+            }
+            CallArgs::HipLaunch {
+                kernel,
+                stream,
+                grid,
+                block,
+                shared_memory,
+            } => {
+                if let Some(k) = kernel {
+                    args.json_str(key!("kernel"), self.name(k));
+                }
+                opt_u64(args, key!("cid"), id);
+                opt_u64(args, key!("correlation"), correlation);
+                args.hex_str(key!("stream"), stream);
+                dim3(args, key!("grid"), Some(grid));
+                dim3(args, key!("block"), Some(block));
+                args.u64(key!("shared memory"), u64::from(shared_memory));
+            }
+            CallArgs::HipCopy {
+                stream,
+                src,
+                dst,
+                size,
+                kind,
+            } => {
+                if let Some(s) = stream {
+                    args.hex_str(key!("stream"), s);
+                }
+                opt_u64(args, key!("cid"), id);
+                opt_u64(args, key!("correlation"), correlation);
+                args.hex_str(key!("src"), src);
+                args.hex_str(key!("dst"), dst);
+                args.u64_str(key!("size"), size);
+                args.u64_str(key!("kind"), u64::from(kind));
+            }
+            CallArgs::HipMalloc { ptr, size } => {
+                opt_u64(args, key!("size"), size);
+                opt_u64(args, key!("cid"), id);
+                opt_u64(args, key!("correlation"), correlation);
+                args.hex_str(key!("ptr"), ptr);
+            }
+        }
+    }
+
     /// Writes one record (and its flow event, if it has one) into the events array.
     pub(crate) fn event(&mut self, a: &Activity, events: &mut Array<'_, Rows>) {
         self.count += 1;
@@ -324,8 +382,7 @@ impl Events {
                     self.place(e, c.pid as i64, c.tid as i64, a);
                     e.object_if_any::<Compact>(key!("args"), |args| {
                         external_id(args, a.external_id);
-                        opt_u64(args, key!("cbid"), c.cbid.map(u64::from));
-                        opt_u64(args, key!("correlation"), a.correlation);
+                        self.call_args(args, c, a.correlation);
                     });
                 });
                 if let Some(corr) = a.correlation {
@@ -348,6 +405,9 @@ impl Events {
                         opt_u64(args, key!("context"), k.context.map(u64::from));
                         args.u64(key!("stream"), k.stream as u64);
                         opt_u64(args, key!("correlation"), a.correlation);
+                        if k.kind_arg {
+                            args.str(key!("kind"), "Dispatch Kernel");
+                        }
                         let regs = k.registers_per_thread.map(u64::from);
                         opt_u64(args, key!("registers per thread"), regs);
                         opt_u64(args, key!("shared memory"), k.shared_memory);
@@ -394,6 +454,9 @@ impl Events {
                         }
                         args.u64(key!("stream"), m.stream as u64);
                         opt_u64(args, key!("correlation"), a.correlation);
+                        if m.kind_arg {
+                            args.str(key!("kind"), m.kind.as_str());
+                        }
                         args.u64(key!("bytes"), m.bytes);
                         bandwidth(args, m.bytes, a.dur_ns());
                     });

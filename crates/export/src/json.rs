@@ -343,6 +343,10 @@ scalars! {
     f64(v: f64) => |out| push_f64(out, v);
     /// A string, escaped.
     str(s: &str) => |out| push_str_literal(out, s);
+    /// An address as a `"0x…"` string.
+    hex_str(v: u64) => |out| push_hex_str(out, v);
+    /// An unsigned integer as a string.
+    u64_str(v: u64) => |out| push_u64_str(out, v);
     /// A string made of `parts`, each escaped.
     str_parts(parts: &[&str]) => |out: &mut Vec<u8>| {
         out.push(b'"');
@@ -606,6 +610,23 @@ pub(crate) fn push_u64(out: &mut Vec<u8>, v: u64) {
     push_prefix(out, &buf, n);
 }
 
+/// Appends `"0x…"`: an address or handle as C's `%p` prints it (Kineto's `"0x0"` for null).
+pub(crate) fn push_hex_str(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(b"\"0x");
+    let n = (64 - v.leading_zeros()).div_ceil(4).max(1);
+    for i in (0..n).rev() {
+        out.push(b"0123456789abcdef"[(v >> (4 * i)) as usize & 0xf]);
+    }
+    out.push(b'"');
+}
+
+/// Appends an unsigned integer as a JSON string (Kineto writes some sizes that way).
+pub(crate) fn push_u64_str(out: &mut Vec<u8>, v: u64) {
+    out.push(b'"');
+    push_u64(out, v);
+    out.push(b'"');
+}
+
 /// Appends a signed integer.
 #[inline(always)]
 pub(crate) fn push_i64(out: &mut Vec<u8>, v: i64) {
@@ -660,6 +681,22 @@ mod tests {
         let mut v = Vec::new();
         push_str_literal(&mut v, s);
         String::from_utf8(v).unwrap()
+    }
+
+    #[test]
+    fn addresses_and_string_numbers() {
+        let hex = |v: u64| {
+            let mut o = Vec::new();
+            push_hex_str(&mut o, v);
+            String::from_utf8(o).unwrap()
+        };
+        assert_eq!(hex(0), "\"0x0\"");
+        assert_eq!(hex(0x55674ecd4180), "\"0x55674ecd4180\"");
+        assert_eq!(hex(u64::MAX), "\"0xffffffffffffffff\"");
+        assert_eq!(hex(0x10), "\"0x10\"");
+        let mut o = Vec::new();
+        push_u64_str(&mut o, 2560);
+        assert_eq!(o, b"\"2560\"");
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::external::ExternalIds;
 use crate::ffi::{self, Kinds, Names, Plan, Setup, Tool, Tracing};
 use crate::loader::{self, SearchInputs};
 use crate::queue::Queue;
+use crate::record::ArgLayout;
 use crate::source::{RocmConfig, RocmOpenError};
 
 pub(crate) fn find(table: &[(i32, String)], name: &str) -> Option<i32> {
@@ -80,6 +81,7 @@ pub(crate) fn install_tool(config: &RocmConfig) -> Result<&'static Tool, RocmOpe
             .map(|(op, _)| *op)
             .collect()
     };
+    let arg_layouts = arg_layouts(&hip_ops);
     // Leaked: the SDK keeps our callbacks, which reach the table, for the life of the process.
     let sdk = &*Box::leak(Box::new(found.sdk));
     Ok(ffi::install(Tool {
@@ -108,12 +110,30 @@ pub(crate) fn install_tool(config: &RocmConfig) -> Result<&'static Tool, RocmOpe
         },
         queue: Queue::new(config.queue_records),
         external: ExternalIds::new(),
+        arg_layouts,
         sdk_dropped: Default::default(),
         skipped: Default::default(),
         configured: Default::default(),
         kernel_names: Default::default(),
         setup: std::sync::Mutex::new(Setup::default()),
     }))
+}
+
+/// The [`ArgLayout`] of each HIP operation number, by name (numbers past 65 535 are not read).
+fn arg_layouts(hip_ops: &[(i32, String)]) -> Box<[u8]> {
+    let named: Vec<(usize, u8)> = hip_ops
+        .iter()
+        .filter_map(|(op, n)| {
+            let op = usize::try_from(*op).ok().filter(|o| *o < 1 << 16)?;
+            ArgLayout::of_name(n).map(|l| (op, l as u8))
+        })
+        .collect();
+    let len = named.iter().map(|(op, _)| op + 1).max().unwrap_or(0);
+    let mut table = vec![0u8; len];
+    for (op, l) in named {
+        table[op] = l;
+    }
+    table.into_boxed_slice()
 }
 
 /// Why the tool could not be made when the SDK called [`tool_configure`] (said by the first

@@ -31,10 +31,14 @@ mod install;
 pub mod loader;
 pub mod queue;
 pub mod record;
+pub mod roctracer;
 mod source;
 
 pub use ffi::{on_tool_initialized, tool_configure, Agent, Kinds, SdkError};
-pub use source::{queue_stats, LibraryInfo, QueueStats, RocmConfig, RocmOpenError, RocmSource};
+pub use roctracer::{TracerError, TracerInfo};
+pub use source::{
+    queue_stats, Backend, LibraryInfo, QueueStats, RocmConfig, RocmOpenError, RocmSource,
+};
 
 /// The raw bindings, for tests and tools that need the vendor structs.
 pub use kinetrace_rocprofiler_sdk_sys as sys;

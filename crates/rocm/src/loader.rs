@@ -57,8 +57,13 @@ pub struct SearchInputs {
 impl SearchInputs {
     /// Reads them from this process.
     pub fn from_process(explicit: Option<PathBuf>) -> SearchInputs {
+        SearchInputs::from_process_for(explicit, "KINETRACE_ROCPROFILER_SDK_PATH")
+    }
+
+    /// Reads them from this process; the explicit library defaults to environment variable `var`.
+    pub fn from_process_for(explicit: Option<PathBuf>, var: &str) -> SearchInputs {
         let explicit = explicit.or_else(|| {
-            std::env::var_os("KINETRACE_ROCPROFILER_SDK_PATH")
+            std::env::var_os(var)
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from)
         });
@@ -98,8 +103,22 @@ pub fn mapped_objects(maps: &str) -> Vec<PathBuf> {
     out
 }
 
-/// The candidates, in search order (explicit first; then files; bare SONAMEs last).
+/// roctracer's SONAME (4.1, the only ABI).
+pub const ROCTRACER_SONAMES: &[&str] = &["libroctracer64.so.4"];
+
+/// The rocprofiler-sdk candidates, in search order (explicit first; then files; bare SONAMEs
+/// last).
 pub fn candidates(inputs: &SearchInputs) -> Vec<(PathBuf, Origin)> {
+    candidates_of(inputs, "librocprofiler-sdk.so", SONAMES)
+}
+
+/// The candidates for a library whose file names start with `prefix` and whose SONAMEs are
+/// `sonames`, in the same order as [`candidates`] (roctracer: `libroctracer64.so`).
+pub fn candidates_of(
+    inputs: &SearchInputs,
+    prefix: &str,
+    sonames: &[&str],
+) -> Vec<(PathBuf, Origin)> {
     if let Some(p) = &inputs.explicit {
         return vec![(p.clone(), Origin::Explicit)];
     }
@@ -115,14 +134,14 @@ pub fn candidates(inputs: &SearchInputs) -> Vec<(PathBuf, Origin)> {
         }
     };
     for p in &inputs.mapped {
-        if file_name(p).starts_with("librocprofiler-sdk.so") {
+        if file_name(p).starts_with(prefix) {
             push(p.clone(), Origin::Loaded);
         }
     }
     for p in &inputs.mapped {
         if file_name(p).starts_with("libamdhip64.so") {
             if let Some(dir) = p.parent() {
-                for s in SONAMES {
+                for s in sonames {
                     push(dir.join(s), Origin::Loaded);
                 }
             }
@@ -135,11 +154,11 @@ pub fn candidates(inputs: &SearchInputs) -> Vec<(PathBuf, Origin)> {
     dirs.push(PathBuf::from("/opt/rocm/lib"));
     dirs.extend(inputs.core_dirs.iter().cloned());
     for d in dirs {
-        for s in SONAMES {
+        for s in sonames {
             push(d.join(s), Origin::RocmPath);
         }
     }
-    for s in SONAMES {
+    for s in sonames {
         push(PathBuf::from(s), Origin::LoaderPath);
     }
     out
@@ -275,6 +294,28 @@ mod tests {
             ..inputs
         };
         assert_eq!(candidates(&explicit).len(), 1);
+    }
+
+    #[test]
+    fn roctracer_search_order() {
+        let inputs = SearchInputs {
+            explicit: None,
+            mapped: mapped_objects("7f0-7f1 r-xp 0 08:01 1 /venv/torch/lib/libamdhip64.so\n"),
+            rocm_path: None,
+            core_dirs: vec![],
+        };
+        let c: Vec<PathBuf> = candidates_of(&inputs, "libroctracer64.so", ROCTRACER_SONAMES)
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
+        assert_eq!(
+            c,
+            [
+                PathBuf::from("/venv/torch/lib/libroctracer64.so.4"),
+                "/opt/rocm/lib/libroctracer64.so.4".into(),
+                "libroctracer64.so.4".into(),
+            ]
+        );
     }
 
     #[test]

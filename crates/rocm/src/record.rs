@@ -6,6 +6,119 @@ use kinetrace_rocprofiler_sdk_sys::{v0, v1, KernelDispatchRecord};
 
 use crate::queue::{Words, WORDS};
 
+/// Which argument struct of the HIP API payload an operation has (`sys::hip_args`), from its name;
+/// `None` for calls whose arguments Kineto does not write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ArgLayout {
+    /// `hipLaunchKernel`, `hipExtLaunchKernel`.
+    LaunchKernel = 1,
+    /// `hipModuleLaunchKernel`.
+    ModuleLaunchKernel = 2,
+    /// `hipExtModuleLaunchKernel`, `hipHccModuleLaunchKernel`.
+    ExtModuleLaunchKernel = 3,
+    /// `hipMemcpy`.
+    Memcpy = 4,
+    /// `hipMemcpyAsync`, `hipMemcpyWithStream`.
+    MemcpyStream = 5,
+    /// `hipMalloc`.
+    Malloc = 6,
+    /// `hipFree`.
+    Free = 7,
+}
+
+impl ArgLayout {
+    /// The layout of the HIP call `name`.
+    pub fn of_name(name: &str) -> Option<ArgLayout> {
+        Some(match name {
+            "hipLaunchKernel" | "hipExtLaunchKernel" => ArgLayout::LaunchKernel,
+            "hipModuleLaunchKernel" => ArgLayout::ModuleLaunchKernel,
+            "hipExtModuleLaunchKernel" | "hipHccModuleLaunchKernel" => {
+                ArgLayout::ExtModuleLaunchKernel
+            }
+            "hipMemcpy" => ArgLayout::Memcpy,
+            "hipMemcpyAsync" | "hipMemcpyWithStream" => ArgLayout::MemcpyStream,
+            "hipMalloc" => ArgLayout::Malloc,
+            "hipFree" => ArgLayout::Free,
+            _ => return None,
+        })
+    }
+
+    /// The layout stored as `u8` by [`ArgLayout::of_name`]'s table (0: none).
+    pub fn from_u8(v: u8) -> Option<ArgLayout> {
+        Some(match v {
+            1 => ArgLayout::LaunchKernel,
+            2 => ArgLayout::ModuleLaunchKernel,
+            3 => ArgLayout::ExtModuleLaunchKernel,
+            4 => ArgLayout::Memcpy,
+            5 => ArgLayout::MemcpyStream,
+            6 => ArgLayout::Malloc,
+            7 => ArgLayout::Free,
+            _ => return None,
+        })
+    }
+}
+
+/// What a HIP call's payload said that the trace shows (read in the API callback).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RawArgs {
+    /// Nothing read.
+    #[default]
+    None,
+    /// A kernel launch.
+    Launch {
+        /// The launched function (host address or `hipFunction_t`).
+        function: u64,
+        /// The `hipStream_t`.
+        stream: u64,
+        /// The grid as given.
+        grid: [u32; 3],
+        /// The block as given.
+        block: [u32; 3],
+        /// Dynamic LDS bytes.
+        shared: u32,
+    },
+    /// A copy.
+    Copy {
+        /// The `hipStream_t`, if the call takes one.
+        stream: Option<u64>,
+        /// Source address.
+        src: u64,
+        /// Destination address.
+        dst: u64,
+        /// Bytes.
+        size: u64,
+        /// `hipMemcpyKind`.
+        kind: u32,
+    },
+    /// `hipMalloc` (with `size`) or `hipFree`.
+    Malloc {
+        /// The block.
+        ptr: u64,
+        /// Bytes asked for (hipMalloc).
+        size: Option<u64>,
+    },
+}
+
+impl RawArgs {
+    /// The stream the call's GPU work runs on, if it names one.
+    pub fn stream(&self) -> Option<u64> {
+        match *self {
+            RawArgs::Launch { stream, .. } => Some(stream),
+            RawArgs::Copy { stream, .. } => stream,
+            _ => None,
+        }
+    }
+
+    /// The launched function, for launches.
+    pub fn function(&self) -> Option<u64> {
+        match *self {
+            RawArgs::Launch { function, .. } => Some(function),
+            _ => None,
+        }
+    }
+}
+
 /// One record copied out of a callback.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Raw {
@@ -23,6 +136,8 @@ pub enum Raw {
         end: u64,
         /// The kinetrace span open on the calling thread, 0 for none.
         external: u64,
+        /// What the payload said.
+        args: RawArgs,
     },
     /// A kernel dispatch (buffer tracing).
     Kernel {
@@ -62,6 +177,26 @@ pub enum Raw {
         /// Bytes copied.
         bytes: u64,
     },
+    /// A roctracer HIP_OPS record: a dispatch (`value`: the interned kernel name) or a copy or
+    /// fill (`value`: bytes).
+    Op {
+        /// The enqueuing call's id.
+        correlation: u64,
+        /// Start (the HSA clock, ns).
+        start: u64,
+        /// End.
+        end: u64,
+        /// The device's KFD node id.
+        device: i32,
+        /// The HIP stream's queue index.
+        queue: u64,
+        /// `HIP_OP_ID_*`.
+        op: u32,
+        /// The ROCclr command kind.
+        kind: u32,
+        /// Kernel name id or bytes.
+        value: u64,
+    },
     /// A memory allocation or free (buffer tracing, SDK 1.x).
     Memory {
         /// The allocating call's id.
@@ -82,9 +217,17 @@ pub enum Raw {
 }
 
 const API: u64 = 1;
+// The API tag's second byte says which arguments follow (words 6..12), the third which optional
+// ones are present.
+const ARGS_LAUNCH: u64 = 1 << 8;
+const ARGS_COPY: u64 = 2 << 8;
+const ARGS_MALLOC: u64 = 3 << 8;
+const ARGS_MASK: u64 = 0xff << 8;
+const HAS_OPTION: u64 = 1 << 16;
 const KERNEL: u64 = 2;
 const COPY: u64 = 3;
 const MEMORY: u64 = 4;
+const OP: u64 = 5;
 
 fn pair(a: u32, b: u32) -> u64 {
     u64::from(a) | (u64::from(b) << 32)
@@ -149,15 +292,51 @@ impl Raw {
                 start,
                 end,
                 external,
+                args,
             } => {
+                let (tag, rest) = match args {
+                    RawArgs::None => (API, [0; 6]),
+                    RawArgs::Launch {
+                        function,
+                        stream,
+                        grid,
+                        block,
+                        shared,
+                    } => (
+                        API | ARGS_LAUNCH,
+                        [
+                            function,
+                            stream,
+                            pair(grid[0], grid[1]),
+                            pair(grid[2], block[0]),
+                            pair(block[1], block[2]),
+                            u64::from(shared),
+                        ],
+                    ),
+                    RawArgs::Copy {
+                        stream,
+                        src,
+                        dst,
+                        size,
+                        kind,
+                    } => (
+                        API | ARGS_COPY | if stream.is_some() { HAS_OPTION } else { 0 },
+                        [stream.unwrap_or(0), src, dst, size, u64::from(kind), 0],
+                    ),
+                    RawArgs::Malloc { ptr, size } => (
+                        API | ARGS_MALLOC | if size.is_some() { HAS_OPTION } else { 0 },
+                        [ptr, size.unwrap_or(0), 0, 0, 0, 0],
+                    ),
+                };
                 w[..6].copy_from_slice(&[
-                    API,
+                    tag,
                     pair(operation, tid),
                     correlation,
                     start,
                     end,
                     external,
                 ]);
+                w[6..].copy_from_slice(&rest);
             }
             Raw::Kernel {
                 correlation,
@@ -205,6 +384,27 @@ impl Raw {
                     bytes,
                 ]);
             }
+            Raw::Op {
+                correlation,
+                start,
+                end,
+                device,
+                queue,
+                op,
+                kind,
+                value,
+            } => {
+                w[..8].copy_from_slice(&[
+                    OP,
+                    correlation,
+                    start,
+                    end,
+                    u64::from(device as u32),
+                    queue,
+                    pair(op, kind),
+                    value,
+                ]);
+            }
             Raw::Memory {
                 correlation,
                 operation,
@@ -230,9 +430,37 @@ impl Raw {
 
     /// The record of `w`, `None` for words no [`Raw::to_words`] wrote.
     pub fn from_words(w: &Words) -> Option<Raw> {
-        Some(match w[0] {
+        let has = w[0] & HAS_OPTION != 0;
+        Some(match w[0] & !(ARGS_MASK | HAS_OPTION) {
             API => {
                 let (operation, tid) = split(w[1]);
+                let args = match w[0] & ARGS_MASK {
+                    0 => RawArgs::None,
+                    ARGS_LAUNCH => {
+                        let (g0, g1) = split(w[8]);
+                        let (g2, b0) = split(w[9]);
+                        let (b1, b2) = split(w[10]);
+                        RawArgs::Launch {
+                            function: w[6],
+                            stream: w[7],
+                            grid: [g0, g1, g2],
+                            block: [b0, b1, b2],
+                            shared: w[11] as u32,
+                        }
+                    }
+                    ARGS_COPY => RawArgs::Copy {
+                        stream: has.then_some(w[6]),
+                        src: w[7],
+                        dst: w[8],
+                        size: w[9],
+                        kind: w[10] as u32,
+                    },
+                    ARGS_MALLOC => RawArgs::Malloc {
+                        ptr: w[6],
+                        size: has.then_some(w[7]),
+                    },
+                    _ => return None,
+                };
                 Raw::Api {
                     operation,
                     correlation: w[2],
@@ -240,6 +468,7 @@ impl Raw {
                     start: w[3],
                     end: w[4],
                     external: w[5],
+                    args,
                 }
             }
             KERNEL => {
@@ -267,6 +496,19 @@ impl Raw {
                 dst_agent: w[6],
                 bytes: w[7],
             },
+            OP => {
+                let (op, kind) = split(w[6]);
+                Raw::Op {
+                    correlation: w[1],
+                    start: w[2],
+                    end: w[3],
+                    device: w[4] as u32 as i32,
+                    queue: w[5],
+                    op,
+                    kind,
+                    value: w[7],
+                }
+            }
             MEMORY => {
                 let (operation, tid) = split(w[2]);
                 Raw::Memory {
@@ -298,6 +540,76 @@ mod tests {
                 start: 10,
                 end: 20,
                 external: 99,
+                args: RawArgs::None,
+            },
+            Raw::Api {
+                operation: 214,
+                correlation: 8,
+                tid: 1234,
+                start: 10,
+                end: 20,
+                external: 0,
+                args: RawArgs::Launch {
+                    function: 0x7e00_0001,
+                    stream: 0x5555_0000_1234,
+                    grid: [16, 2, u32::MAX],
+                    block: [256, 1, 4],
+                    shared: 512,
+                },
+            },
+            Raw::Api {
+                operation: 268,
+                correlation: 9,
+                tid: 1,
+                start: 1,
+                end: 2,
+                external: 3,
+                args: RawArgs::Copy {
+                    stream: Some(0),
+                    src: 0x5500,
+                    dst: 0x7f00,
+                    size: 1 << 40,
+                    kind: 1,
+                },
+            },
+            Raw::Api {
+                operation: 259,
+                correlation: 10,
+                tid: 1,
+                start: 1,
+                end: 2,
+                external: 3,
+                args: RawArgs::Copy {
+                    stream: None,
+                    src: 1,
+                    dst: 2,
+                    size: 3,
+                    kind: 4,
+                },
+            },
+            Raw::Api {
+                operation: 215,
+                correlation: 11,
+                tid: 1,
+                start: 1,
+                end: 2,
+                external: 0,
+                args: RawArgs::Malloc {
+                    ptr: 0x7f00_0000_1000,
+                    size: Some(4096),
+                },
+            },
+            Raw::Api {
+                operation: 90,
+                correlation: 12,
+                tid: 1,
+                start: 1,
+                end: 2,
+                external: 0,
+                args: RawArgs::Malloc {
+                    ptr: 0x7f00_0000_1000,
+                    size: None,
+                },
             },
             Raw::Kernel {
                 correlation: 7,
@@ -318,6 +630,16 @@ mod tests {
                 src_agent: 0x100,
                 dst_agent: 0x200,
                 bytes: u64::MAX,
+            },
+            Raw::Op {
+                correlation: 13,
+                start: 1,
+                end: 2,
+                device: -1,
+                queue: 3,
+                op: 1,
+                kind: 0x1207,
+                value: 1 << 33,
             },
             Raw::Memory {
                 correlation: 9,

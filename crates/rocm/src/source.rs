@@ -28,6 +28,7 @@ use crate::ffi::{self, Agent, Kinds, Registration, SdkError, Tool};
 use crate::install::install_tool;
 use crate::loader::{NotFound, Origin};
 use crate::record::Raw;
+use crate::roctracer::{TracerError, TracerInfo, TracerLive};
 
 /// Settings for [`RocmSource`].
 #[derive(Clone)]
@@ -46,6 +47,9 @@ pub struct RocmConfig {
     pub keep_noise: bool,
     /// Where this source's one-line messages go instead of the session's log.
     pub log: Option<LogFn>,
+    /// Use this libroctracer64 for the fallback (else `KINETRACE_ROCTRACER_PATH`, else the same
+    /// search as for the SDK, for `libroctracer64.so.4`).
+    pub roctracer_library: Option<PathBuf>,
 }
 
 impl Default for RocmConfig {
@@ -57,6 +61,7 @@ impl Default for RocmConfig {
             queue_records: 1 << 16,
             keep_noise: false,
             log: None,
+            roctracer_library: None,
         }
     }
 }
@@ -69,6 +74,7 @@ impl fmt::Debug for RocmConfig {
             .field("watermark", &self.watermark)
             .field("queue_records", &self.queue_records)
             .field("keep_noise", &self.keep_noise)
+            .field("roctracer_library", &self.roctracer_library)
             .finish_non_exhaustive()
     }
 }
@@ -116,6 +122,13 @@ pub enum RocmOpenError {
         /// What failed.
         error: SdkError,
     },
+    /// rocprofiler-sdk could not be used, and neither could the roctracer found.
+    NoFallback {
+        /// Why not the SDK.
+        sdk: Box<RocmOpenError>,
+        /// Why not roctracer.
+        roctracer: TracerError,
+    },
     /// Another library was registered as this process's tool before.
     OtherLibrary {
         /// The library registered first.
@@ -155,6 +168,7 @@ impl fmt::Display for RocmOpenError {
                 "setting up tracing in {} failed: {error}",
                 path.display()
             ),
+            RocmOpenError::NoFallback { sdk, roctracer } => write!(f, "{sdk}; {roctracer}"),
             RocmOpenError::OtherLibrary { registered, path } => write!(
                 f,
                 "kinetrace is already registered with {}; cannot also use {}",
@@ -180,14 +194,24 @@ pub struct QueueStats {
     pub skipped: u64,
 }
 
-/// The counters, once a source has registered kinetrace with an SDK (`None` before).
+/// The counters, once a source has registered kinetrace with an SDK, else once one has set up
+/// the roctracer fallback (`None` before).
 pub fn queue_stats() -> Option<QueueStats> {
     use std::sync::atomic::Ordering::Relaxed;
-    ffi::tool().map(|t| QueueStats {
+    if let Some(t) = ffi::tool() {
+        return Some(QueueStats {
+            accepted: t.queue.accepted(),
+            taken: t.queue.taken(),
+            refused: t.queue.refused(),
+            sdk_dropped: t.sdk_dropped.load(Relaxed),
+            skipped: t.skipped.load(Relaxed),
+        });
+    }
+    ffi::roctracer::tracer().map(|t| QueueStats {
         accepted: t.queue.accepted(),
         taken: t.queue.taken(),
         refused: t.queue.refused(),
-        sdk_dropped: t.sdk_dropped.load(Relaxed),
+        sdk_dropped: 0,
         skipped: t.skipped.load(Relaxed),
     })
 }
@@ -229,6 +253,34 @@ enum State {
         reported: bool,
     },
     Live(Box<Live>),
+    /// The roctracer fallback, and why the SDK was not used.
+    Tracer {
+        live: Box<TracerLive>,
+        why: RocmOpenError,
+        announced: bool,
+    },
+}
+
+/// Which library a [`RocmSource`] records with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// rocprofiler-sdk (ROCm 6.2 and later).
+    RocprofilerSdk,
+    /// roctracer 4.1, the fallback.
+    Roctracer,
+    /// Neither: the source records nothing.
+    Off,
+}
+
+/// SDK failures roctracer can stand in for: no SDK, or one initialised without kinetrace
+/// (roctracer attaches after HIP started).
+fn roctracer_helps(e: &RocmOpenError) -> bool {
+    matches!(
+        e,
+        RocmOpenError::NotFound(_)
+            | RocmOpenError::RegisteredTooLate { .. }
+            | RocmOpenError::NoForceConfigure { .. }
+    )
 }
 
 /// The ROCm backend. [`RocmSource::new`] never fails: a node without rocprofiler-sdk gets a source
@@ -277,6 +329,25 @@ impl RocmSource {
     pub fn new(config: RocmConfig) -> RocmSource {
         let state = match Self::open(&config) {
             Ok(live) => State::Live(Box::new(live)),
+            Err(reason) if roctracer_helps(&reason) => match crate::roctracer::open(&config) {
+                Ok(live) => State::Tracer {
+                    live: Box::new(live),
+                    why: reason,
+                    announced: false,
+                },
+                // No roctracer either: the SDK's reason is the line.
+                Err(TracerError::NotFound) => State::Off {
+                    reason,
+                    reported: false,
+                },
+                Err(roctracer) => State::Off {
+                    reason: RocmOpenError::NoFallback {
+                        sdk: Box::new(reason),
+                        roctracer,
+                    },
+                    reported: false,
+                },
+            },
             Err(reason) => State::Off {
                 reason,
                 reported: false,
@@ -361,22 +432,45 @@ impl RocmSource {
         })
     }
 
-    /// What was loaded, or why the source is off.
+    /// The rocprofiler-sdk loaded, or why none is used (the source may then record through
+    /// roctracer: [`RocmSource::backend`]).
     pub fn library_info(&self) -> Result<&LibraryInfo, &RocmOpenError> {
         match &self.state {
             State::Live(l) => Ok(&l.info),
             State::Off { reason, .. } => Err(reason),
+            State::Tracer { why, .. } => Err(why),
+        }
+    }
+
+    /// The roctracer the source falls back to, if it does.
+    pub fn roctracer_info(&self) -> Option<&TracerInfo> {
+        match &self.state {
+            State::Tracer { live, .. } => Some(&live.info),
+            _ => None,
+        }
+    }
+
+    /// Which library the source records with.
+    pub fn backend(&self) -> Backend {
+        match self.state {
+            State::Live(_) => Backend::RocprofilerSdk,
+            State::Tracer { .. } => Backend::Roctracer,
+            State::Off { .. } => Backend::Off,
         }
     }
 
     /// Whether the source can record.
     pub fn is_live(&self) -> bool {
-        matches!(self.state, State::Live(_))
+        !matches!(self.state, State::Off { .. })
     }
 
-    /// Whether the main context is started (a window is open).
+    /// Whether recording is on (a window is open).
     pub fn is_active(&self) -> bool {
-        matches!(&self.state, State::Live(l) if l.active)
+        match &self.state {
+            State::Live(l) => l.active,
+            State::Tracer { live, .. } => live.active,
+            State::Off { .. } => false,
+        }
     }
 }
 
@@ -431,8 +525,10 @@ impl Live {
                         .get(&id)
                         .cloned()
                 },
-                |c| tool.external.get(c),
+                |c| tool.external.call(c),
             );
+            // Launch calls this dispatch named come before it.
+            self.decoder.take_released(false, emit);
             if let Some(a) = a {
                 emit(&a);
             }
@@ -456,6 +552,7 @@ impl ActivitySource for RocmSource {
             State::Live(l) => {
                 let (a, b, c) = l.info.version;
                 vec![
+                    ("rocm_backend".into(), "rocprofiler-sdk".into()),
                     ("rocprofiler_sdk_version".into(), format!("{a}.{b}.{c}")),
                     (
                         "rocprofiler_sdk_library".into(),
@@ -472,6 +569,19 @@ impl ActivitySource for RocmSource {
                     ),
                 ]
             }
+            State::Tracer { live, why, .. } => {
+                let (a, b) = live.info.version;
+                vec![
+                    ("rocm_backend".into(), "roctracer".into()),
+                    ("roctracer_version".into(), format!("{a}.{b}")),
+                    (
+                        "roctracer_library".into(),
+                        live.info.path.display().to_string(),
+                    ),
+                    ("roctracer_found".into(), live.info.origin.to_string()),
+                    ("rocm_fallback_reason".into(), why.to_string()),
+                ]
+            }
             State::Off { .. } => Vec::new(),
         }
     }
@@ -479,7 +589,7 @@ impl ActivitySource for RocmSource {
     fn device_properties(&self) -> Vec<DeviceProperties> {
         match &self.state {
             State::Live(l) => l.devices.clone(),
-            State::Off { .. } => Vec::new(),
+            State::Tracer { .. } | State::Off { .. } => Vec::new(),
         }
     }
 
@@ -507,6 +617,20 @@ impl ActivitySource for RocmSource {
                 l.active = true;
                 Ok(())
             }
+            State::Tracer {
+                live,
+                why,
+                announced,
+            } => {
+                if !std::mem::replace(announced, true) {
+                    let (a, b) = live.info.version;
+                    (self.log)(&format!(
+                        "rocm: recording through roctracer {a}.{b} ({}) because rocprofiler-sdk cannot be used: {why}",
+                        live.info.path.display()
+                    ));
+                }
+                live.enable().map_err(source_error)
+            }
         }
     }
 
@@ -523,11 +647,18 @@ impl ActivitySource for RocmSource {
             // Records buffered before the stop stay available to the next flush.
             let _ = ffi::flush_buffer(l.tool.sdk, l.buffer);
         }
+        if let State::Tracer { live, .. } = &mut self.state {
+            if let Err(e) = live.disable() {
+                (self.log)(&format!("rocm: {e}"));
+            }
+        }
     }
 
     fn poll(&mut self, emit: &mut dyn FnMut(&Activity)) {
-        if let State::Live(l) = &mut self.state {
-            l.drain(emit);
+        match &mut self.state {
+            State::Live(l) => l.drain(emit),
+            State::Tracer { live, .. } => live.drain(emit),
+            State::Off { .. } => {}
         }
     }
 
@@ -537,12 +668,20 @@ impl ActivitySource for RocmSource {
                 (self.log)(&format!("rocm: {e}"));
             }
             l.drain(emit);
+            // The window ends: launch calls no dispatch named go without their kernel's name.
+            l.decoder.take_released(true, emit);
+        }
+        if let State::Tracer { live, .. } = &mut self.state {
+            if let Err(e) = live.flush(emit) {
+                (self.log)(&format!("rocm: {e}"));
+            }
         }
     }
 
     fn dropped(&self) -> u64 {
         match &self.state {
             State::Live(l) => l.dropped(),
+            State::Tracer { live, .. } => live.dropped(),
             State::Off { .. } => 0,
         }
     }

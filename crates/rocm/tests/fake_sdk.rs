@@ -73,6 +73,15 @@ impl Fake {
         // SAFETY: plain values.
         unsafe { f(id, gpu, queue, 4096, 256, 5_000) }
     }
+    fn kernel_on(&self, id: u64, gpu: u32, queue: u64, stream: u64) -> u64 {
+        let f = sym!(
+            self,
+            b"fake_rocp_launch_kernel_on\0",
+            unsafe extern "C" fn(u64, u32, u64, u32, u32, u64, u64) -> u64
+        );
+        // SAFETY: plain values.
+        unsafe { f(id, gpu, queue, 4096, 256, 5_000, stream) }
+    }
     fn memcpy(&self, bytes: u64, direction: u32, gpu: u32) -> u64 {
         let f = sym!(
             self,
@@ -125,6 +134,9 @@ fn args(e: &Value) -> &Value {
     &e["args"]
 }
 
+/// The `hipStream_t` of the launch on a stream other than the null one.
+const STREAM: u64 = 0x5a5a_0000;
+
 /// The scenario of the main tests: two kernel symbols, launches inside a span and outside any, a
 /// copy, a noisy call and a sync. Returns the correlation ids of the launches inside the span.
 fn workload(fake: &Fake) -> Vec<u64> {
@@ -134,6 +146,7 @@ fn workload(fake: &Fake) -> Vec<u64> {
             fake.kernel(1, 1, 0xa000),
             fake.kernel(2, 1, 0xa000),
             fake.kernel(1, 0, 0xb000),
+            fake.kernel_on(2, 0, 0xb000, STREAM),
         ];
         fake.memcpy(1 << 20, 2, 1);
         fake.memory(false, 0x7f00_0000_1000, 4096, 1);
@@ -198,7 +211,9 @@ fn scenario(version: &str) -> Value {
 
     let trace = load_only_trace(&out);
     let kernels = x(&trace, "kernel");
-    let runtime = x(&trace, "cuda_runtime");
+    // In time order: a launch is written once its dispatch names its kernel.
+    let mut runtime = x(&trace, "cuda_runtime");
+    runtime.sort_by(|a, b| a["ts"].as_f64().partial_cmp(&b["ts"].as_f64()).unwrap());
     let copies = x(&trace, "gpu_memcpy");
     let names: Vec<&str> = kernels
         .iter()
@@ -210,10 +225,11 @@ fn scenario(version: &str) -> Value {
             "_Z4axpyPfS_f",
             "_Z4gemmPKfS0_Pf",
             "_Z4axpyPfS_f",
+            "_Z4gemmPKfS0_Pf",
             "<unknown kernel>"
         ]
     );
-    // 4 launches, 1 copy, an allocation and its free, 1 sync; hipGetDevice is noise Kineto leaves
+    // 5 launches, 1 copy, an allocation and its free, 1 sync; hipGetDevice is noise Kineto leaves
     // out.
     let calls: Vec<&str> = runtime
         .iter()
@@ -225,6 +241,7 @@ fn scenario(version: &str) -> Value {
             "hipLaunchKernel",
             "hipLaunchKernel",
             "hipLaunchKernel",
+            "hipLaunchKernel",
             "hipMemcpyAsync",
             "hipMalloc",
             "hipFree",
@@ -232,8 +249,57 @@ fn scenario(version: &str) -> Value {
             "hipDeviceSynchronize"
         ]
     );
+    // The calls' arguments as Kineto writes them, read from the SDK's payload; the id is `cid`.
+    let launch = args(runtime[0]);
+    assert_eq!(launch["kernel"], "_Z4axpyPfS_f", "{launch}");
+    assert_eq!(launch["stream"], "0x0");
+    assert_eq!(launch["grid"], serde_json::json!([16, 1, 1]));
+    assert_eq!(launch["block"], serde_json::json!([256, 1, 1]));
+    assert_eq!(launch["shared memory"], 0);
+    assert!(
+        launch["cid"].is_u64() && launch.get("cbid").is_none(),
+        "{launch}"
+    );
+    assert_eq!(args(runtime[1])["kernel"], "_Z4gemmPKfS0_Pf");
+    assert_eq!(args(runtime[3])["stream"], format!("{STREAM:#x}"));
+    assert!(
+        args(runtime[7]).get("kernel").is_none(),
+        "a kernel never registered has no name: {}",
+        runtime[7]
+    );
+    let copy = args(runtime[4]);
+    assert_eq!(
+        (
+            &copy["src"],
+            &copy["dst"],
+            &copy["size"],
+            &copy["kind"],
+            &copy["stream"]
+        ),
+        (
+            &"0x55674ecd4180".into(),
+            &"0x7fda0e810200".into(),
+            &"1048576".into(),
+            &"1".into(),
+            &"0x0".into()
+        ),
+        "{copy}"
+    );
+    let (malloc, free) = (args(runtime[5]), args(runtime[6]));
+    assert_eq!(
+        (&malloc["ptr"], &malloc["size"]),
+        (&"0x7f0000001000".into(), &4096.into())
+    );
+    assert_eq!(free["ptr"], "0x7f0000001000");
+    assert!(free.get("size").is_none(), "{free}");
+    assert_eq!(
+        args(runtime[8]).as_object().unwrap().len(),
+        2,
+        "{}",
+        runtime[8]
+    );
     assert_eq!(copies.len(), 1);
-    assert_eq!(copies[0]["name"], "Memcpy HtoD (Pageable -> Device)");
+    assert_eq!(copies[0]["name"], "Memcpy HtoD (Host -> Device)");
     assert_eq!(args(copies[0])["bytes"], 1 << 20);
     // 1.x: the agent's index among GPUs; 0.x (agents not read): GPU 1 was the first one used.
     let copy_device = if abi == Abi::V1 { 1 } else { 0 };
@@ -261,7 +327,7 @@ fn scenario(version: &str) -> Value {
         assert_eq!(flows.len(), 2, "{flows:?}");
     }
     assert!(
-        args(kernels[3]).get("External id").is_none(),
+        args(kernels[4]).get("External id").is_none(),
         "launched outside the span"
     );
     assert_eq!(args(copies[0])["External id"].as_u64(), Some(span_id));
@@ -269,7 +335,7 @@ fn scenario(version: &str) -> Value {
     assert_eq!(args(kernels[0])["grid"], serde_json::json!([16, 1, 1]));
     assert_eq!(args(kernels[0])["block"], serde_json::json!([256, 1, 1]));
     // Device: the agent's index among GPUs (1.x) or in order of first use (0.x, agents unread);
-    // stream: the HSA queue in order of first use.
+    // stream: the launch's HIP stream, the null stream 0 and others from 1 in order of first use.
     let place = |k: &Value| {
         (
             args(k)["device"].as_u64().unwrap(),
@@ -278,7 +344,10 @@ fn scenario(version: &str) -> Value {
     };
     match abi {
         Abi::V1 => {
-            assert_eq!([place(kernels[0]), place(kernels[2])], [(1, 0), (0, 1)]);
+            assert_eq!(
+                [place(kernels[0]), place(kernels[2]), place(kernels[3])],
+                [(1, 0), (0, 0), (0, 1)]
+            );
             let devices = trace["deviceProperties"].as_array().expect("devices");
             assert_eq!(devices.len(), 2);
             assert_eq!(devices[1]["name"], "AMD Instinct MI250X");
@@ -286,7 +355,10 @@ fn scenario(version: &str) -> Value {
             assert_eq!(devices[1]["warpSize"], 64);
         }
         Abi::V0 => {
-            assert_eq!([place(kernels[0]), place(kernels[2])], [(0, 0), (1, 1)]);
+            assert_eq!(
+                [place(kernels[0]), place(kernels[2]), place(kernels[3])],
+                [(0, 0), (1, 0), (1, 1)]
+            );
         }
     }
     // GPU time sits inside the call that launched it, in the Unix domain the host clock uses.
@@ -507,6 +579,26 @@ fn fault_dropped_records_are_counted() {
                 Some(stats.records_dropped)
             );
             assert!(log.iter().all(|l| !l.contains("panic")), "{log:?}");
+        },
+    );
+}
+
+/// Work still running when the window ends: the SDK writes its records after the window's last
+/// flush, as the context stops. They are the window's (flushed after the stop, as Kineto does),
+/// not lost.
+#[test]
+fn records_written_as_the_context_stops_are_in_the_window() {
+    in_child(
+        "records_written_as_the_context_stops_are_in_the_window",
+        &[("FAKE_ROCP_COMPLETE_AT_STOP", "1")],
+        || {
+            let (trace, log, stats) = survives(|_| {}, 7);
+            assert_eq!(stats.records_delivered, 7, "{stats:?}");
+            assert_eq!(x(&trace, "kernel").len(), 7, "{log:?}");
+            assert_eq!(trace["dropped_events"]["rocm"], 0, "{trace}");
+            let queue = kinetrace_rocm::queue_stats().unwrap();
+            assert_eq!(queue.accepted, queue.taken, "{queue:?}");
+            assert!(log.is_empty(), "{log:?}");
         },
     );
 }
@@ -811,39 +903,60 @@ fn trace_shape_matches_kinetos_rocm_trace() {
             )
         };
         // (only in ours, only in Kineto's)
-        assert_eq!(
-            diff("cuda_runtime"),
-            (
-                set(&["cbid"]),
-                set(&[
-                    "block",
-                    "cid",
-                    "dst",
-                    "grid",
-                    "kernel",
-                    "kind",
-                    "shared memory",
-                    "size",
-                    "src",
-                    "stream"
-                ])
-            )
-        );
+        // Kineto's trace has no allocation call: it would write `ptr` too.
+        assert_eq!(diff("cuda_runtime"), (set(&["ptr"]), set(&[])));
+        // The same forms: addresses, copy sizes and kinds as strings, dims as arrays.
+        let kineto_runtime = x(&kineto, "cuda_runtime");
+        let ours_runtime = x(&ours, "cuda_runtime");
+        for key in [
+            "stream",
+            "src",
+            "dst",
+            "size",
+            "kind",
+            "kernel",
+            "grid",
+            "block",
+            "shared memory",
+            "cid",
+        ] {
+            let kind_of = |events: &[&Value]| {
+                events
+                    .iter()
+                    .find_map(|e| e["args"].get(key))
+                    .map(|v| match v {
+                        Value::String(s) if s.starts_with("0x") => "address",
+                        Value::String(_) => "string",
+                        Value::Number(_) => "number",
+                        Value::Array(_) => "array",
+                        _ => "other",
+                    })
+            };
+            assert_eq!(kind_of(&ours_runtime), kind_of(&kineto_runtime), "{key}");
+        }
         assert_eq!(
             diff("kernel"),
-            (set(&["block", "grid", "shared memory"]), set(&["kind"]))
+            (set(&["block", "grid", "shared memory"]), set(&[]))
         );
         assert_eq!(
             diff("gpu_memcpy"),
-            (set(&["bytes", "memory bandwidth (GB/s)"]), set(&["kind"]))
+            (set(&["bytes", "memory bandwidth (GB/s)"]), set(&[]))
         );
-        // Kineto's copy names say Host, ours the memory kind.
-        assert!(x(&kineto, "gpu_memcpy")
-            .iter()
-            .all(|e| e["name"] == "Memcpy HtoD (Host -> Device)"));
-        assert!(x(&ours, "gpu_memcpy")
-            .iter()
-            .all(|e| e["name"] == "Memcpy HtoD (Pageable -> Device)"));
+        // The operation kinds as Kineto spells them.
+        for t in [&kineto, &ours] {
+            assert!(x(t, "kernel")
+                .iter()
+                .all(|e| e["args"]["kind"] == "Dispatch Kernel"));
+            assert!(x(t, "gpu_memcpy")
+                .iter()
+                .all(|e| e["args"]["kind"] == "HtoD"));
+        }
+        // The copy names are Kineto's.
+        for t in [&kineto, &ours] {
+            assert!(x(t, "gpu_memcpy")
+                .iter()
+                .all(|e| e["name"] == "Memcpy HtoD (Host -> Device)"));
+        }
         // Every top-level key Kineto writes but `record_shapes` (a PyTorch setting).
         for k in kineto.as_object().unwrap().keys() {
             assert!(

@@ -27,6 +27,7 @@ prefix of the kernel-symbol payload) live at the crate root.
 use core::ffi::{c_char, c_void};
 use core::mem::{offset_of, size_of};
 
+pub mod hip_args;
 mod table;
 pub mod v0;
 pub mod v1;

@@ -10,7 +10,7 @@ compile-time assertion. roctracer 4.1 has one record ABI for its whole life, so 
 definition. The library is opened at run time by [`Roctracer::load`]: a missing optional entry
 point is `None`, a missing required one is an error naming the library and the symbol.
 
-Status: bindings only. No kinetrace source reads roctracer yet (see `docs/rocm-support.md`).
+Used by `kinetrace-rocm`'s roctracer fallback (see `docs/rocm-support.md`).
 */
 #![deny(missing_docs)]
 

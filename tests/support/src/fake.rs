@@ -1,5 +1,6 @@
 //! Where the fake libcupti (`tests/fakes/cupti`, package `kinetrace-fake-cupti`) and the fake
-//! librocprofiler-sdk (`tests/fakes/rocprofiler-sdk`) were built. A test crate that uses one takes
+//! librocprofiler-sdk (`tests/fakes/rocprofiler-sdk`) and the fake libroctracer64
+//! (`tests/fakes/roctracer`) were built. A test crate that uses one takes
 //! its package as a dev-dependency, so cargo builds it into the same profile directory as the test
 //! binary.
 
@@ -65,5 +66,33 @@ pub fn fake_rocprofiler_sdk_in(dir: &Path) -> PathBuf {
 pub fn fake_as(dir: &Path, file_name: &str) -> PathBuf {
     let p = dir.join(file_name);
     std::os::unix::fs::symlink(fake_cupti(), &p).unwrap();
+    p
+}
+
+/// The fake libroctracer64's file name (`tests/fakes/roctracer`).
+pub const FAKE_ROCTRACER_FILE: &str = "libkinetrace_fake_roctracer.so";
+
+/// The fake libroctracer64 (a test crate takes `kinetrace-fake-roctracer` as a dev-dependency).
+pub fn fake_roctracer() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let here = exe.parent().unwrap();
+    for p in [
+        here.join(FAKE_ROCTRACER_FILE),
+        profile_dir().join("deps").join(FAKE_ROCTRACER_FILE),
+    ] {
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!(
+        "{FAKE_ROCTRACER_FILE} not found next to {}; take kinetrace-fake-roctracer as a dev-dependency",
+        exe.display()
+    );
+}
+
+/// Links the fake libroctracer64 under its SONAME in `dir`.
+pub fn fake_roctracer_in(dir: &Path) -> PathBuf {
+    let p = dir.join("libroctracer64.so.4");
+    std::os::unix::fs::symlink(fake_roctracer(), &p).unwrap();
     p
 }

@@ -97,6 +97,7 @@ impl SimulatedGpu {
                 shared_memory: Some(0),
                 queued: None,
                 graph_id: None,
+                kind_arg: false,
                 graph_node_id: None,
             })
         })
@@ -121,6 +122,7 @@ impl SimulatedGpu {
                 device: dev,
                 context: Some(1),
                 stream,
+                kind_arg: false,
                 peer: None,
             })
         })
@@ -226,6 +228,7 @@ impl SimulatedGpu {
                 pid: std::process::id(),
                 tid: recorder::current_tid(),
                 launches_work,
+                args: Default::default(),
             }),
         };
         for a in [gpu, api] {

@@ -331,6 +331,26 @@ pub static KEYS: &[Key] = &[
         doc: "Use this libcupti.",
         apply: |l, v| path(v).map(|p| l.cupti_path = Some(p)),
     },
+    Key {
+        env: Some("KINETRACE_ROCPROFILER_SDK_PATH"),
+        kineto: None,
+        form: FORM_PATH,
+        default: "search: a copy loaded in the process or next to libamdhip64, $ROCM_PATH/lib, \
+                  /opt/rocm/lib, /opt/rocm/core*/lib, the loader path",
+        doc: "Use this librocprofiler-sdk (the ROCm backend reads the variable itself; see \
+              docs/rocm-support.md).",
+        apply: |_, v| path(v).map(|_| ()),
+    },
+    Key {
+        env: Some("KINETRACE_ROCTRACER_PATH"),
+        kineto: None,
+        form: FORM_PATH,
+        default: "search: as for rocprofiler-sdk, for libroctracer64.so.4",
+        doc: "Use this libroctracer64 when the ROCm backend falls back to roctracer 4.1 \
+              (rocprofiler-sdk absent or registered too late; the backend reads the variable \
+              itself).",
+        apply: |_, v| path(v).map(|_| ()),
+    },
 ];
 
 /// A dynolog poll interval: a duration above 0 and at most 60 s.

@@ -144,6 +144,8 @@ fn every_malformed_value_names_the_key_and_the_accepted_form() {
         ("KINETRACE_CONTROL_DIR", ""),
         ("KINETRACE_SIGNAL", "loud"),
         ("KINETRACE_CUPTI_PATH", ""),
+        ("KINETRACE_ROCPROFILER_SDK_PATH", ""),
+        ("KINETRACE_ROCTRACER_PATH", ""),
         ("KINETRACE_OPTIMIZER_HOOK", "no"),
         ("KINETRACE_STEP_NVTX", "train\u{7}step"),
         ("KINETRACE_TORCH_OPS", "yes please"),

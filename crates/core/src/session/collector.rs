@@ -406,7 +406,7 @@ impl Collector {
                 Command::Settle { idle: true, epoch } => Some(*epoch),
                 _ => None,
             });
-        let seen = self.flush_sources(idle_after, shared);
+        let (seen, idle) = self.flush_sources(idle_after, shared);
         let Some(mut w) = self.window.take() else {
             return;
         };
@@ -426,6 +426,11 @@ impl Collector {
             true
         });
         self.carry = carry;
+        if idle {
+            // Truly idle: no window is pending, so nothing still held can belong to one.
+            self.early.clear();
+            self.carry.clear();
+        }
         if w.recording {
             self.stopped = Some(w);
         } else if let Some(s) = w.sink {
@@ -448,38 +453,50 @@ impl Collector {
                 s.discard();
             }
         }
-        self.disable_sources(epoch, shared);
-    }
-
-    /// Flushes and disables the sources unless a window has wanted them since `epoch`.
-    fn disable_sources(&mut self, epoch: u64, shared: &Shared) {
-        let mut sources = lock(&shared.sources);
-        self.disable_locked(&mut sources, epoch, shared);
-    }
-
-    /// Flushes and disables the (locked) sources unless a window has wanted them since `epoch`.
-    fn disable_locked(&mut self, sources: &mut super::Sources, epoch: u64, shared: &Shared) {
-        {
-            let c = lock(&shared.control);
-            if c.sources_wanted || c.sources_epoch != epoch {
-                return;
-            }
+        if self.disable_sources(epoch, shared) {
             // Truly idle: no window is pending, so nothing held can belong to one.
             self.early.clear();
             self.carry.clear();
+        }
+    }
+
+    /// Flushes and disables the sources unless a window has wanted them since `epoch`; what comes
+    /// out belongs to no window. Whether the session was idle since `epoch`.
+    fn disable_sources(&mut self, epoch: u64, shared: &Shared) -> bool {
+        let mut sources = lock(&shared.sources);
+        self.disable_locked(&mut sources, epoch, shared, &mut |_| {})
+    }
+
+    /// Flushes and disables the (locked) sources unless a window has wanted them since `epoch`
+    /// (returns whether it was idle since then). Records go to `emit`: those completed before the
+    /// disable, then those the source produced until it stopped (a vendor keeps writing until its
+    /// context stops: Kineto stops, then flushes), so a window ending here loses none of them.
+    fn disable_locked(
+        &mut self,
+        sources: &mut super::Sources,
+        epoch: u64,
+        shared: &Shared,
+        emit: &mut dyn FnMut(&Activity),
+    ) -> bool {
+        {
+            let c = lock(&shared.control);
+            if c.sources_wanted || c.sources_epoch != epoch {
+                return false;
+            }
             if !c.sources_enabled {
-                return;
+                return true;
             }
         }
         let super::Sources { list, failed } = sources;
         for (src, failed) in list.iter_mut().zip(failed.iter()) {
             if !*failed {
-                // What comes out now belongs to no window.
-                src.flush(&mut |_| {});
+                src.flush(emit);
                 src.disable();
+                src.flush(emit);
             }
         }
         lock(&shared.control).sources_enabled = false;
+        true
     }
 
     /// Flushes the sources for the window that is stopping and, under the same lock, takes what
@@ -488,9 +505,11 @@ impl Collector {
     /// When the session goes idle after this window (`disable`: the epoch of that idle), the
     /// sources are disabled here too, before the trace's view is taken, so it includes how that
     /// went.
-    fn flush_sources(&mut self, disable: Option<u64>, shared: &Shared) -> SourcesSeen {
+    /// Also returns whether the session is idle after it (the sources were disabled).
+    fn flush_sources(&mut self, disable: Option<u64>, shared: &Shared) -> (SourcesSeen, bool) {
         let mut polled = std::mem::take(&mut self.polled);
         polled.clear();
+        let mut idle = false;
         let seen = {
             let mut sources = lock(&shared.sources);
             let super::Sources { list, failed } = &mut *sources;
@@ -500,7 +519,8 @@ impl Collector {
                 }
             }
             if let Some(epoch) = disable {
-                self.disable_locked(&mut sources, epoch, shared);
+                // What the sources produce until they stop is this window's too.
+                idle = self.disable_locked(&mut sources, epoch, shared, &mut |a| polled.push(*a));
             }
             let super::Sources { list, .. } = &mut *sources;
             SourcesSeen {
@@ -514,7 +534,7 @@ impl Collector {
             self.route(a, shared);
         }
         self.polled = polled;
-        seen
+        (seen, idle)
     }
 
     /// Looks up the first stop the control side has queued since this round's commands were taken:

@@ -643,6 +643,7 @@ fn device_work_of_later_windows_stays_out_of_a_lagging_collectors_window() {
                 shared_memory: None,
                 queued: None,
                 graph_id: None,
+                kind_arg: false,
                 graph_node_id: None,
             }),
         });

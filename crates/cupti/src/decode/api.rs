@@ -25,6 +25,7 @@ impl Decoder {
             pid: r.u32(off!(CUpti_ActivityAPI.processId)),
             tid: r.u32(off!(CUpti_ActivityAPI.threadId)),
             launches_work: info.launches_work,
+            args: Default::default(),
         };
         Decoded::Activity(Activity {
             start: UnixNanos(r.u64(off!(CUpti_ActivityAPI.start))),

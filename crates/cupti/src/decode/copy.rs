@@ -45,6 +45,7 @@ impl Decoder {
                 device,
                 context: Some(context),
                 stream: r.u32(off!(CUpti_ActivityMemcpy5.streamId)),
+                kind_arg: false,
                 peer: None,
             }),
         })
@@ -72,6 +73,7 @@ impl Decoder {
                 device,
                 context: Some(context),
                 stream: r.u32(off!(CUpti_ActivityMemcpyPtoP4.streamId)),
+                kind_arg: false,
                 peer: Some(PeerCopy {
                     src_device: r.u32(off!(CUpti_ActivityMemcpyPtoP4.srcDeviceId)),
                     dst_device: r.u32(off!(CUpti_ActivityMemcpyPtoP4.dstDeviceId)),

@@ -57,6 +57,7 @@ impl Decoder {
                 // CUPTI_TIMESTAMP_UNKNOWN (0) unless latency timestamps are on.
                 queued: (queued != 0).then_some(UnixNanos(queued)),
                 graph_id: nonzero_u32(r.u32(off!(CUpti_ActivityKernel8.graphId))),
+                kind_arg: false,
                 graph_node_id: {
                     let n = r.u64(off!(CUpti_ActivityKernel8.graphNodeId));
                     (n != 0).then_some(n)

@@ -7,6 +7,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 
 use kinetrace_core::recorder;
+use kinetrace_rocprofiler_sdk_sys::hip_args::{
+    ExtModuleLaunchKernelArgs, FreeArgs, HipApiData, LaunchKernelArgs, MallocArgs, MemcpyArgs,
+    MemcpyStreamArgs, ModuleLaunchKernelArgs, HIP_API_ARGS_OFFSET,
+};
 use kinetrace_rocprofiler_sdk_sys::{
     self as sys, v0, v1, BufferId, ContextId, KernelDispatchRecord, KernelSymbolRegisterData,
     RecordHeader, UserData,
@@ -14,7 +18,8 @@ use kinetrace_rocprofiler_sdk_sys::{
 
 use super::calls::now;
 use super::tool::{tool, Tool};
-use crate::record::Raw;
+use crate::external::CallInfo;
+use crate::record::{ArgLayout, Raw, RawArgs};
 
 /// The buffer callback: copies each dispatch and copy record into the queue. No lock, no
 /// allocation, never blocks (a full queue refuses and counts).
@@ -94,8 +99,111 @@ fn copy_record(tool: &Tool, h: &RecordHeader) -> Option<Raw> {
     }
 }
 
+/// A HIP API callback payload, checked non-null; its argument structs are read by value.
+#[derive(Clone, Copy)]
+struct Payload(*const std::ffi::c_void);
+
+impl Payload {
+    /// # Safety
+    /// `payload` is the SDK's `rocprofiler_callback_tracing_hip_api_data_t` of the current
+    /// callback, valid while the returned value is used (during the callback).
+    unsafe fn new(payload: *const std::ffi::c_void) -> Option<Payload> {
+        (!payload.is_null()).then_some(Payload(payload))
+    }
+
+    /// The argument struct `T`, when the payload's `size` covers it.
+    fn args<T: Copy>(self) -> Option<T> {
+        // SAFETY: a payload (`new`), which starts with its `size`.
+        let data = unsafe { &*(self.0 as *const HipApiData) };
+        if !data.covers::<T>() {
+            return None;
+        }
+        // SAFETY: the payload holds `T` in full at the args offset (checked against its `size`);
+        // read unaligned, whatever the SDK's allocation.
+        Some(unsafe {
+            std::ptr::read_unaligned((self.0 as *const u8).add(HIP_API_ARGS_OFFSET) as *const T)
+        })
+    }
+}
+
+/// What the trace shows of the arguments of operation `operation`, read from its payload. At EXIT
+/// a `hipMalloc`'s block is read through its out-pointer (the call has written it).
+fn hip_args(tool: &Tool, operation: u32, payload: *const std::ffi::c_void, exit: bool) -> RawArgs {
+    let layout = tool
+        .arg_layouts
+        .get(operation as usize)
+        .and_then(|l| ArgLayout::from_u8(*l));
+    // SAFETY: the SDK's HIP API payload of this callback, used only during it.
+    let (Some(layout), Some(p)) = (layout, unsafe { Payload::new(payload) }) else {
+        return RawArgs::None;
+    };
+    let dim = |d: sys::Dim3| [d.x, d.y, d.z];
+    // The layout was picked by the operation's name.
+    match layout {
+        ArgLayout::LaunchKernel => p.args::<LaunchKernelArgs>().map(|a| RawArgs::Launch {
+            function: a.function_address as u64,
+            stream: a.stream as u64,
+            grid: dim(a.num_blocks),
+            block: dim(a.dim_blocks),
+            shared: a.shared_mem_bytes as u32,
+        }),
+        ArgLayout::ModuleLaunchKernel => {
+            p.args::<ModuleLaunchKernelArgs>().map(|a| RawArgs::Launch {
+                function: a.func as u64,
+                stream: a.stream as u64,
+                grid: a.grid_dim,
+                block: a.block_dim,
+                shared: a.shared_mem_bytes,
+            })
+        }
+        ArgLayout::ExtModuleLaunchKernel => {
+            p.args::<ExtModuleLaunchKernelArgs>()
+                .map(|a| RawArgs::Launch {
+                    function: a.func as u64,
+                    stream: a.stream as u64,
+                    grid: a.global_work_size,
+                    block: a.local_work_size,
+                    shared: a.shared_mem_bytes as u32,
+                })
+        }
+        ArgLayout::Memcpy => p.args::<MemcpyArgs>().map(|a| RawArgs::Copy {
+            stream: None,
+            src: a.src as u64,
+            dst: a.dst as u64,
+            size: a.size_bytes as u64,
+            kind: a.kind as u32,
+        }),
+        ArgLayout::MemcpyStream => p.args::<MemcpyStreamArgs>().map(|a| RawArgs::Copy {
+            stream: Some(a.stream as u64),
+            src: a.src as u64,
+            dst: a.dst as u64,
+            size: a.size_bytes as u64,
+            kind: a.kind as u32,
+        }),
+        ArgLayout::Malloc => p.args::<MallocArgs>().map(|a| {
+            let ptr = if exit && !a.ptr.is_null() {
+                // SAFETY: hipMalloc's out-pointer, which the call has written by EXIT (still
+                // inside the call).
+                unsafe { *a.ptr as u64 }
+            } else {
+                0
+            };
+            RawArgs::Malloc {
+                ptr,
+                size: Some(a.size as u64),
+            }
+        }),
+        ArgLayout::Free => p.args::<FreeArgs>().map(|a| RawArgs::Malloc {
+            ptr: a.ptr as u64,
+            size: None,
+        }),
+    }
+    .unwrap_or(RawArgs::None)
+}
+
 /// One HIP API callback, ABI-independent: ENTER stamps the time into the call's user data and
-/// remembers the enclosing span for the call's GPU records; EXIT queues the call.
+/// remembers the enclosing span (and the stream and function it launches on) for the call's GPU
+/// records; EXIT queues the call with its arguments.
 fn api_phase(
     kind: u32,
     operation: u32,
@@ -103,6 +211,7 @@ fn api_phase(
     correlation: u64,
     thread: u64,
     user: *mut UserData,
+    payload: *const std::ffi::c_void,
 ) {
     let Some(tool) = tool() else {
         return;
@@ -114,10 +223,17 @@ fn api_phase(
     if phase == sys::PHASE_ENTER {
         // SAFETY: the SDK's per-call user data, valid from ENTER to EXIT of this call.
         unsafe { (*user).value = now };
+        let args = hip_args(tool, operation, payload, false);
         // Written even without a span (0 reads as none): the SDK may reuse a retired id, whose
         // slot must not keep the old call's span.
-        tool.external
-            .set(correlation, recorder::current_external_id().unwrap_or(0));
+        tool.external.set_call(
+            correlation,
+            CallInfo {
+                external: recorder::current_external_id().unwrap_or(0),
+                stream: args.stream(),
+                function: args.function(),
+            },
+        );
     } else if phase == sys::PHASE_EXIT {
         // SAFETY: as above.
         let start = unsafe { (*user).value };
@@ -132,6 +248,7 @@ fn api_phase(
             start,
             end: now.max(start),
             external: recorder::current_external_id().unwrap_or(0),
+            args: hip_args(tool, operation, payload, true),
         };
         tool.queue.push(&raw.to_words());
     }
@@ -150,6 +267,7 @@ pub(super) unsafe extern "C" fn api_callback_v0(
             rec.correlation_id.internal,
             rec.thread_id,
             user,
+            rec.payload,
         )
     }));
 }
@@ -167,6 +285,7 @@ pub(super) unsafe extern "C" fn api_callback_v1(
             rec.correlation_id.internal,
             rec.thread_id,
             user,
+            rec.payload,
         )
     }));
 }

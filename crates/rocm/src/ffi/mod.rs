@@ -10,6 +10,7 @@
 
 mod callbacks;
 mod calls;
+pub(crate) mod roctracer;
 mod tool;
 
 pub(crate) use calls::{

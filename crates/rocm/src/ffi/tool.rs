@@ -79,6 +79,9 @@ pub(crate) struct Tool {
     pub plan: Plan,
     pub queue: Queue,
     pub external: ExternalIds,
+    /// The [`ArgLayout`](crate::record::ArgLayout) of each HIP operation number (0: none), so the
+    /// API callback finds it with one index.
+    pub arg_layouts: Box<[u8]>,
     /// `drop_count`s the SDK reported to the buffer callback.
     pub sdk_dropped: AtomicU64,
     /// Buffer records of a kind or size kinetrace does not read.

@@ -168,6 +168,9 @@ pub unsafe extern "C" fn rocprofiler_stop_context(ctx: ContextId) -> Status {
     match index(ctx.handle).and_then(|i| s.contexts.get_mut(i)) {
         Some(c) if c.active => {
             c.active = false;
+            if let Some(i) = index(ctx.handle) {
+                complete_in_flight(&mut s, i);
+            }
             sys::STATUS_SUCCESS
         }
         _ => CONTEXT_NOT_FOUND,
@@ -208,6 +211,7 @@ pub unsafe extern "C" fn rocprofiler_create_buffer(
         records: Vec::new(),
         bytes: 0,
         dropped: 0,
+        in_flight: Vec::new(),
     });
     // SAFETY: caller's out-pointer, checked non-null.
     unsafe {

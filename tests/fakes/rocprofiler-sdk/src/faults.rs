@@ -10,6 +10,7 @@ pub(crate) struct Faults {
     pub(crate) already_initialized: bool,
     pub(crate) renumber: bool,
     pub(crate) other_tool: bool,
+    pub(crate) complete_at_stop: bool,
 }
 
 pub(crate) fn faults() -> &'static Faults {
@@ -33,6 +34,7 @@ pub(crate) fn faults() -> &'static Faults {
             already_initialized: var("FAKE_ROCP_ALREADY_INITIALIZED").is_some(),
             renumber: var("FAKE_ROCP_RENUMBER").is_some(),
             other_tool: var("FAKE_ROCP_OTHER_TOOL").is_some(),
+            complete_at_stop: var("FAKE_ROCP_COMPLETE_AT_STOP").is_some(),
         }
     })
 }

@@ -39,6 +39,9 @@ Fault injection (environment, read once):
 - `FAKE_ROCP_OTHER_TOOL=1` — another tool (as PyTorch's Kineto is) registered first: it has its own
   started context tracing kernel dispatches into its own buffer, whose records the fake counts
   (`other_tool_records`), and the configure call gets priority 1.
+- `FAKE_ROCP_COMPLETE_AT_STOP=1` — asynchronous records stay in flight (the GPU still runs the
+  work) until their context stops, which writes them into the buffer: records produced after a
+  window's last flush and before the context stop, which a tool must still flush and read.
 */
 #![deny(missing_docs)]
 #![allow(clippy::missing_safety_doc)]

@@ -23,6 +23,9 @@ pub(crate) struct Buffer {
     pub(crate) records: Vec<(u32, Box<[u64]>)>,
     pub(crate) bytes: usize,
     pub(crate) dropped: u64,
+    /// Records of work still running (`FAKE_ROCP_COMPLETE_AT_STOP`): written into the buffer when
+    /// the context stops.
+    pub(crate) in_flight: Vec<(u32, Box<[u64]>)>,
 }
 
 #[derive(Default)]
@@ -36,6 +39,8 @@ pub(crate) struct State {
     pub(crate) configure_calls: u64,
     pub(crate) async_seen: u64,
     pub(crate) other_tool_ready: bool,
+    /// The other tool's context, once made.
+    pub(crate) other_tool_context: Option<usize>,
 }
 
 pub(crate) static STATE: Mutex<State> = Mutex::new(State {
@@ -47,6 +52,7 @@ pub(crate) static STATE: Mutex<State> = Mutex::new(State {
     configure_calls: 0,
     async_seen: 0,
     other_tool_ready: false,
+    other_tool_context: None,
 });
 
 pub(crate) fn state() -> MutexGuard<'static, State> {
@@ -97,6 +103,7 @@ pub(crate) fn ensure_other_tool(s: &mut State) {
     }
     s.other_tool_ready = true;
     let ctx = s.contexts.len();
+    s.other_tool_context = Some(ctx);
     s.contexts.push(Context {
         active: true,
         ..Default::default()
@@ -113,6 +120,7 @@ pub(crate) fn ensure_other_tool(s: &mut State) {
         records: Vec::new(),
         bytes: 0,
         dropped: 0,
+        in_flight: Vec::new(),
     });
     s.contexts[ctx]
         .buffer_services
@@ -198,10 +206,16 @@ pub(crate) fn emit_async(kind_name: &str, words: impl Fn() -> Box<[u64]>) {
             .filter(|(ci, b)| s.buffers.get(*b).is_some_and(|buf| buf.context == *ci))
             .map(|(_, b)| b)
             .collect();
+        let other_tool = s.other_tool_context;
         for b in targets {
             let record = words();
             let len = record.len() * 8;
             let buf = &mut s.buffers[b];
+            if faults().complete_at_stop && Some(buf.context) != other_tool {
+                // Still running on the GPU: its record is written when the context stops.
+                buf.in_flight.push((kind as u32, record));
+                continue;
+            }
             if drop_this {
                 buf.dropped += 1;
                 DROPPED.fetch_add(1, Ordering::Relaxed);
@@ -228,6 +242,17 @@ pub(crate) fn emit_async(kind_name: &str, words: impl Fn() -> Box<[u64]>) {
     }
     for b in due {
         deliver(b);
+    }
+}
+
+/// Context `ctx` stops: the work still in flight on it completes first, its records written into
+/// the context's buffers (handed over at their watermark or the next flush, as any record).
+pub(crate) fn complete_in_flight(s: &mut State, ctx: usize) {
+    for buf in s.buffers.iter_mut().filter(|b| b.context == ctx) {
+        for (kind, record) in std::mem::take(&mut buf.in_flight) {
+            buf.bytes += record.len() * 8;
+            buf.records.push((kind, record));
+        }
     }
 }
 
@@ -307,9 +332,46 @@ pub(crate) fn invoke(
     }
 }
 
-/// One HIP call on the calling thread: ENTER, the call's asynchronous work, EXIT. Returns its
-/// correlation id.
-pub(crate) fn hip_call(name: &str, work: impl FnOnce(u64)) -> u64 {
+/// A HIP API callback payload, `rocprofiler_callback_tracing_hip_api_data_t`, as the SDK writes
+/// it: `size` (120), then the call's member of the `args` union (`sys::hip_args`), then the
+/// return value.
+pub(crate) struct HipPayload {
+    words: [u64; sys::hip_args::HIP_API_DATA_SIZE / 8],
+}
+
+impl HipPayload {
+    /// The payload of a call whose arguments are `args` (one of the `sys::hip_args` structs).
+    pub(crate) fn of<T: Copy>(args: &T) -> HipPayload {
+        let mut p = HipPayload::empty();
+        assert!(
+            sys::hip_args::HIP_API_ARGS_OFFSET + std::mem::size_of::<T>()
+                <= sys::hip_args::HIP_API_DATA_SIZE
+        );
+        // SAFETY: `T` fits after the offset (checked); the words are 8-aligned, as `T` needs.
+        unsafe {
+            std::ptr::write(
+                (p.words.as_mut_ptr() as *mut u8).add(sys::hip_args::HIP_API_ARGS_OFFSET) as *mut T,
+                *args,
+            )
+        };
+        p
+    }
+
+    /// The payload of a call with no argument the fake models.
+    pub(crate) fn empty() -> HipPayload {
+        let mut words = [0u64; sys::hip_args::HIP_API_DATA_SIZE / 8];
+        words[0] = sys::hip_args::HIP_API_DATA_SIZE as u64;
+        HipPayload { words }
+    }
+
+    fn ptr(&mut self) -> *mut c_void {
+        self.words.as_mut_ptr() as *mut c_void
+    }
+}
+
+/// One HIP call on the calling thread: ENTER, the call's asynchronous work, EXIT, each callback
+/// given `payload`. Returns its correlation id.
+pub(crate) fn hip_call(name: &str, mut payload: HipPayload, work: impl FnOnce(u64)) -> u64 {
     let op = hip_ops()
         .into_iter()
         .find(|(_, n)| *n == name)
@@ -324,7 +386,7 @@ pub(crate) fn hip_call(name: &str, work: impl FnOnce(u64)) -> u64 {
             op,
             sys::PHASE_ENTER,
             correlation,
-            std::ptr::null_mut(),
+            payload.ptr(),
             u,
         );
     }
@@ -336,7 +398,7 @@ pub(crate) fn hip_call(name: &str, work: impl FnOnce(u64)) -> u64 {
             op,
             sys::PHASE_EXIT,
             correlation,
-            std::ptr::null_mut(),
+            payload.ptr(),
             u,
         );
     }

@@ -135,9 +135,14 @@ pub unsafe extern "C" fn fake_rocp_load_kernel(kernel_id: u64, name: *const c_ch
     }
 }
 
-/// `hipLaunchKernel` of `kernel_id` on GPU `gpu`, HSA queue `queue`: `grid` work-items per
-/// dimension and `block` per work-group (AQL semantics), running `dur_ns`. Returns the correlation
-/// id.
+/// The host address of kernel `kernel_id`'s function (what `hipLaunchKernel` receives).
+pub fn function_address(kernel_id: u64) -> u64 {
+    0x7e00_0000 + kernel_id * 0x40
+}
+
+/// `hipLaunchKernel` of `kernel_id` on GPU `gpu`, HSA queue `queue`, the null stream: `grid`
+/// work-items per dimension and `block` per work-group (AQL semantics), running `dur_ns`. Returns
+/// the correlation id.
 #[no_mangle]
 pub unsafe extern "C" fn fake_rocp_launch_kernel(
     kernel_id: u64,
@@ -147,8 +152,42 @@ pub unsafe extern "C" fn fake_rocp_launch_kernel(
     block_x: u32,
     dur_ns: u64,
 ) -> u64 {
+    // SAFETY: plain values.
+    unsafe { fake_rocp_launch_kernel_on(kernel_id, gpu, queue, grid_x, block_x, dur_ns, 0) }
+}
+
+/// [`fake_rocp_launch_kernel`] on HIP stream `stream` (a `hipStream_t` value; 0 is the null
+/// stream). The API callbacks get the `hipLaunchKernel` payload in the real layout: the kernel's
+/// [`function_address`], `numBlocks` = grid / block work-groups, `dimBlocks` = block, 0 dynamic
+/// LDS, the stream.
+#[no_mangle]
+pub unsafe extern "C" fn fake_rocp_launch_kernel_on(
+    kernel_id: u64,
+    gpu: u32,
+    queue: u64,
+    grid_x: u32,
+    block_x: u32,
+    dur_ns: u64,
+    stream: u64,
+) -> u64 {
     let tid = gettid();
-    hip_call("hipLaunchKernel", |correlation| {
+    let args = sys::hip_args::LaunchKernelArgs {
+        function_address: function_address(kernel_id) as *const c_void,
+        num_blocks: Dim3 {
+            x: grid_x.div_ceil(block_x.max(1)),
+            y: 1,
+            z: 1,
+        },
+        dim_blocks: Dim3 {
+            x: block_x,
+            y: 1,
+            z: 1,
+        },
+        args: std::ptr::null_mut(),
+        shared_mem_bytes: 0,
+        stream: stream as *mut c_void,
+    };
+    hip_call("hipLaunchKernel", HipPayload::of(&args), |correlation| {
         let start = boottime_ns() + 1_000;
         let op = kind_number(&dispatch_ops(), "KERNEL_DISPATCH_COMPLETE") as u32;
         let record = KernelDispatchRecord {
@@ -199,7 +238,23 @@ pub unsafe extern "C" fn fake_rocp_memcpy(
     dur_ns: u64,
 ) -> u64 {
     let tid = gettid();
-    hip_call("hipMemcpyAsync", |correlation| {
+    let host = 0x5567_4ecd_4180u64;
+    let device = 0x7fda_0e81_0200u64;
+    let (src, dst) = match direction {
+        2 => (host, device),
+        3 => (device, host),
+        4 => (device, device + 0x1000),
+        _ => (host, host + 0x1000),
+    };
+    // hipMemcpyKind: HostToHost 0, HostToDevice 1, DeviceToHost 2, DeviceToDevice 3.
+    let args = sys::hip_args::MemcpyStreamArgs {
+        dst: dst as *mut c_void,
+        src: src as *const c_void,
+        size_bytes: bytes as usize,
+        kind: direction.clamp(1, 4) as i32 - 1,
+        stream: std::ptr::null_mut(),
+    };
+    hip_call("hipMemcpyAsync", HipPayload::of(&args), |correlation| {
         let start = boottime_ns() + 1_000;
         let names = [
             "MEMORY_COPY_HOST_TO_HOST",
@@ -267,7 +322,22 @@ pub unsafe extern "C" fn fake_rocp_memcpy(
 pub unsafe extern "C" fn fake_rocp_memory(free: u32, address: u64, bytes: u64, gpu: u32) -> u64 {
     let tid = gettid();
     let name = if free != 0 { "hipFree" } else { "hipMalloc" };
-    hip_call(name, |correlation| {
+    // hipMalloc's out-pointer, written by the call before EXIT.
+    let mut block: *mut c_void = std::ptr::null_mut();
+    let out: *mut *mut c_void = &mut block;
+    let payload = if free != 0 {
+        HipPayload::of(&sys::hip_args::FreeArgs {
+            ptr: address as *mut c_void,
+        })
+    } else {
+        HipPayload::of(&sys::hip_args::MallocArgs {
+            ptr: out,
+            size: bytes as usize,
+        })
+    };
+    hip_call(name, payload, |correlation| {
+        // SAFETY: `out` points at `block`, alive for the whole call.
+        unsafe { *out = address as *mut c_void };
         if abi() != Abi::V1 {
             return;
         }
@@ -308,7 +378,7 @@ pub unsafe extern "C" fn fake_rocp_api(name: *const c_char) -> u64 {
     let name = unsafe { CStr::from_ptr(name) }
         .to_string_lossy()
         .into_owned();
-    hip_call(&name, |_| {})
+    hip_call(&name, HipPayload::empty(), |_| {})
 }
 
 /// Runs the tool's `finalize` (the SDK does at exit).

@@ -1,0 +1,254 @@
+//! The decoder's unit tests: Kineto's mapping of each record kind, without an SDK.
+
+use super::*;
+
+fn decoder() -> Decoder {
+    Decoder::new(
+        &[
+            (214, "hipLaunchKernel".into()),
+            (120, "hipGetDevice".into()),
+        ],
+        &[
+            (2, "MEMORY_COPY_HOST_TO_DEVICE".into()),
+            (3, "MEMORY_COPY_DEVICE_TO_HOST".into()),
+        ],
+        HashMap::from([(0x200, 0), (0x300, 1)]),
+        1_000,
+        false,
+    )
+}
+
+#[test]
+fn kernel_maps_like_kineto() {
+    let mut d = decoder();
+    let raw = Raw::Kernel {
+        correlation: 7,
+        start: 100,
+        end: 150,
+        agent: 0x300,
+        queue: 0xabc,
+        kernel_id: 3,
+        workgroup: [256, 1, 1],
+        grid: [4096, 1, 1],
+        group_segment: 128,
+    };
+    let a = d
+        .decode(
+            &raw,
+            |id| (id == 3).then(|| "axpy".to_owned()),
+            |c| {
+                (c == 7).then_some(CallInfo {
+                    external: 42,
+                    stream: Some(0),
+                    function: Some(0x7e00),
+                })
+            },
+        )
+        .unwrap();
+    assert_eq!((a.start.0, a.end.0), (1_100, 1_150));
+    assert_eq!((a.correlation, a.external_id), (Some(7), Some(42)));
+    let Detail::Kernel(k) = a.detail else {
+        panic!("{a:?}")
+    };
+    assert_eq!(k.device, 1);
+    // The launch's null stream is row 0.
+    assert_eq!(k.stream, 0);
+    assert_eq!(k.grid, Some([16, 1, 1]));
+    assert_eq!(k.block, Some([256, 1, 1]));
+    assert_eq!(k.shared_memory, Some(128));
+    assert_eq!(&*kinetrace_core::intern::resolve(k.name), "axpy");
+    // A record whose call named no stream is placed by its HSA queue, after the HIP streams;
+    // an unknown kernel id keeps Kineto's placeholder.
+    let raw2 = Raw::Kernel {
+        correlation: 8,
+        start: 200,
+        end: 250,
+        agent: 0x300,
+        queue: 0xdef,
+        kernel_id: 9,
+        workgroup: [64, 1, 1],
+        grid: [64, 1, 1],
+        group_segment: 0,
+    };
+    let b = d.decode(&raw2, |_| None, |_| None).unwrap();
+    let Detail::Kernel(k) = b.detail else {
+        panic!("{b:?}")
+    };
+    assert_eq!(k.stream, 1);
+    assert_eq!(&*kinetrace_core::intern::resolve(k.name), UNKNOWN_KERNEL);
+    // A later launch of the same function names its kernel; a non-null stream is the next row.
+    let launch = Raw::Api {
+        operation: 214,
+        correlation: 9,
+        tid: 1,
+        start: 300,
+        end: 310,
+        external: 0,
+        args: RawArgs::Launch {
+            function: 0x7e00,
+            stream: 0x5555_0000,
+            grid: [16, 1, 1],
+            block: [256, 1, 1],
+            shared: 0,
+        },
+    };
+    let c = d.decode(&launch, |_| None, |_| None).unwrap();
+    assert_eq!(d.held(), 0, "the function is known: not held");
+    let Detail::Runtime(call) = c.detail else {
+        panic!("{c:?}")
+    };
+    let CallArgs::HipLaunch { kernel, stream, .. } = call.args else {
+        panic!("{call:?}")
+    };
+    assert_eq!(
+        kernel
+            .map(|k| kinetrace_core::intern::resolve(k).to_string())
+            .as_deref(),
+        Some("axpy")
+    );
+    assert_eq!(stream, 0x5555_0000);
+    let on_stream = Raw::Kernel {
+        correlation: 9,
+        start: 320,
+        end: 330,
+        agent: 0x300,
+        queue: 0xabc,
+        kernel_id: 3,
+        workgroup: [256, 1, 1],
+        grid: [4096, 1, 1],
+        group_segment: 0,
+    };
+    let info = CallInfo {
+        external: 0,
+        stream: Some(0x5555_0000),
+        function: Some(0x7e00),
+    };
+    let e = d.decode(&on_stream, |_| None, |_| Some(info)).unwrap();
+    let Detail::Kernel(k) = e.detail else {
+        panic!("{e:?}")
+    };
+    assert_eq!((k.stream, e.external_id), (2, None));
+}
+
+#[test]
+fn a_launch_waits_for_the_dispatch_that_names_its_kernel() {
+    let mut d = decoder();
+    let launch = |correlation, function| Raw::Api {
+        operation: 214,
+        correlation,
+        tid: 1,
+        start: 10,
+        end: 20,
+        external: 0,
+        args: RawArgs::Launch {
+            function,
+            stream: 0,
+            grid: [1, 1, 1],
+            block: [64, 1, 1],
+            shared: 0,
+        },
+    };
+    assert!(d.decode(&launch(1, 0xf1), |_| None, |_| None).is_none());
+    assert!(d.decode(&launch(2, 0xf2), |_| None, |_| None).is_none());
+    assert_eq!(d.held(), 2);
+    let dispatch = Raw::Kernel {
+        correlation: 1,
+        start: 30,
+        end: 40,
+        agent: 0x200,
+        queue: 0xa,
+        kernel_id: 5,
+        workgroup: [64, 1, 1],
+        grid: [64, 1, 1],
+        group_segment: 0,
+    };
+    let info = |f| CallInfo {
+        external: 0,
+        stream: Some(0),
+        function: Some(f),
+    };
+    let k = d.decode(&dispatch, |_| Some("gemm".into()), |_| Some(info(0xf1)));
+    assert!(k.is_some());
+    let mut out = Vec::new();
+    d.take_released(false, &mut |a| out.push(*a));
+    assert_eq!(out.len(), 1);
+    let kernel_of = |a: &Activity| match a.detail {
+        Detail::Runtime(ApiCall {
+            args: CallArgs::HipLaunch { kernel, .. },
+            ..
+        }) => kernel.map(|k| kinetrace_core::intern::resolve(k).to_string()),
+        _ => panic!("{a:?}"),
+    };
+    assert_eq!(
+        (out[0].correlation, kernel_of(&out[0]).as_deref()),
+        (Some(1), Some("gemm"))
+    );
+    // The window's flush hands over what no dispatch named, without a kernel.
+    out.clear();
+    d.take_released(true, &mut |a| out.push(*a));
+    assert_eq!((out.len(), kernel_of(&out[0])), (1, None));
+    assert_eq!(d.held(), 0);
+}
+
+#[test]
+fn api_calls_and_noise() {
+    let mut d = decoder();
+    let call = |op| Raw::Api {
+        operation: op,
+        correlation: 5,
+        tid: 77,
+        start: 10,
+        end: 20,
+        external: 9,
+        args: RawArgs::None,
+    };
+    let a = d.decode(&call(214), |_| None, |_| None).unwrap();
+    let Detail::Runtime(c) = a.detail else {
+        panic!("{a:?}")
+    };
+    assert!(c.launches_work);
+    assert_eq!((c.tid, c.cbid, a.external_id), (77, Some(214), Some(9)));
+    assert_eq!(
+        c.args,
+        CallArgs::Hip,
+        "a HIP call: its id is written as cid"
+    );
+    assert!(d.decode(&call(120), |_| None, |_| None).is_none());
+    let odd = d.decode(&call(999), |_| None, |_| None).unwrap();
+    let Detail::Runtime(c) = odd.detail else {
+        panic!()
+    };
+    assert_eq!(&*kinetrace_core::intern::resolve(c.name), "hip_api_999");
+}
+
+#[test]
+fn copies_sit_on_their_gpu_end() {
+    let mut d = decoder();
+    let copy = |op, src, dst| Raw::Copy {
+        correlation: 1,
+        operation: op,
+        start: 0,
+        end: 5,
+        src_agent: src,
+        dst_agent: dst,
+        bytes: 4096,
+    };
+    let a = d
+        .decode(&copy(2, 0x100, 0x300), |_| None, |_| None)
+        .unwrap();
+    let Detail::Memcpy(m) = a.detail else {
+        panic!()
+    };
+    assert_eq!((m.kind, m.device, m.bytes), (MemcpyKind::HtoD, 1, 4096));
+    assert_eq!(
+        (m.src_kind, m.dst_kind),
+        (MemoryKind::Host, MemoryKind::Device)
+    );
+    let b = d
+        .decode(&copy(3, 0x200, 0x100), |_| None, |_| None)
+        .unwrap();
+    let Detail::Memcpy(m) = b.detail else {
+        panic!()
+    };
+    assert_eq!((m.kind, m.device), (MemcpyKind::DtoH, 0));
+}
