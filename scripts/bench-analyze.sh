@@ -2,13 +2,16 @@
 # Times HolisticTraceAnalysis 0.5.0 (import, load, its four analyses) and `kinetrace analyze` side by
 # side on the same trace directories: whole process, wall clock and peak RSS from /usr/bin/time -v.
 #
-#   scripts/bench-analyze.sh            # ../shared/traces/trace_filter and a generated 8-rank ≥200 MB dir
+#   scripts/bench-analyze.sh            # ../shared/traces/trace_filter, a generated 8-rank ≥200 MB dir
+#                                       # and a generated single gzipped 35 MB rank
 #   scripts/bench-analyze.sh DIR...     # other directories
 #
 # The generated directory (target/bench-analyze/big8, made once) holds 8 plain-JSON ranks of ~26 MB:
 # the real nccl_parser_config trace (float µs relative to baseTimeNanoseconds, NCCL kernels, 10
 # ProfilerSteps) repeated end to end with shifted timestamps, renumbered correlations / External ids /
-# steps, and per-rank perturbed kernel durations. HTA's peak RSS is GNU time's: the largest single
+# steps, and per-rank perturbed kernel durations. target/bench-analyze/one35gz is the same recipe for
+# one rank of ~35 MB of JSON, gzipped (level 6, as Python's gzip module writes): the case where
+# inflating dominates. HTA's peak RSS is GNU time's: the largest single
 # process of the run (HTA forks one parser process per rank, up to the CPU count, so the sum over its
 # processes is higher than shown). kinetrace is one process. Needs python3 and /usr/bin/time.
 set -euo pipefail
@@ -28,16 +31,18 @@ target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import j
 kinetrace="$target_dir/release/kinetrace"
 venv="$(scripts/compat-venv.sh)"
 
+# generate DIR RANKS BYTES_PER_RANK GZIP(0|1)
 generate() {
     local dir="$1"
     [[ -f "$dir/.complete" ]] && return 0
-    echo "bench-analyze: generating $dir (8 ranks, ~26 MB each)" >&2
+    echo "bench-analyze: generating $dir ($2 ranks, ~$(($3 / 1000000)) MB each)" >&2
     rm -rf "$dir"
     mkdir -p "$dir"
-    python3 - "$traces/nccl_parser_config/nccl_data.json.gz" "$dir" <<'EOF'
+    python3 - "$traces/nccl_parser_config/nccl_data.json.gz" "$dir" "$2" "$3" "$4" <<'EOF'
 import gzip, json, random, re, sys
 
 src, out = sys.argv[1], sys.argv[2]
+ranks, per_rank, gz = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
 trace = json.load(gzip.open(src))
 events = trace.pop("traceEvents")
 meta_events = [e for e in events if e.get("ph") == "M"]
@@ -49,7 +54,7 @@ max_ext = max((e.get("args", {}).get("External id", 0) for e in body if isinstan
 max_id = max((e["id"] for e in body if isinstance(e.get("id"), int)), default=0) + 1
 step_re = re.compile(r"^ProfilerStep#(\d+)$")
 one_copy = sum(len(json.dumps(e)) + 2 for e in body)
-copies = max(1, -(-26_000_000 // one_copy))
+copies = max(1, -(-per_rank // one_copy))
 
 def shifted(e, j, rank, rng):
     e = dict(e)
@@ -71,11 +76,12 @@ def shifted(e, j, rank, rng):
         e["dur"] = round(e["dur"] * (1.0 + 0.03 * rank + rng.uniform(-0.02, 0.02)), 3)
     return e
 
-for rank in range(8):
+for rank in range(ranks):
     rng = random.Random(rank)
     head = dict(trace)
-    head["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": 8}
-    with open(f"{out}/rank{rank}.pt.trace.json", "w") as f:
+    head["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": ranks}
+    name = f"{out}/rank{rank}.pt.trace.json"
+    with (gzip.open(name + ".gz", "wt", compresslevel=6) if gz else open(name, "w")) as f:
         f.write("{\n")
         for k, v in head.items():
             f.write(f"  {json.dumps(k)}: {json.dumps(v)},\n")
@@ -129,8 +135,9 @@ EOF
 if [[ $# -gt 0 ]]; then
     dirs=("$@")
 else
-    generate "$out/big8"
-    dirs=("$traces/trace_filter" "$out/big8")
+    generate "$out/big8" 8 26000000 0
+    generate "$out/one35gz" 1 34000000 1
+    dirs=("$traces/trace_filter" "$out/big8" "$out/one35gz")
 fi
 
 printf '\n%-28s %9s %5s | %9s %10s | %9s %10s | %8s %9s\n' \

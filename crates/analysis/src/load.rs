@@ -53,7 +53,7 @@ impl TraceSource {
         }
     }
 
-    fn open(&self) -> io::Result<Box<dyn Read + '_>> {
+    fn open(&self) -> io::Result<Box<dyn Read + Send + '_>> {
         Ok(match self {
             TraceSource::File(p) => Box::new(BufReader::with_capacity(256 * 1024, File::open(p)?)),
             TraceSource::Memory { bytes, .. } => Box::new(&bytes[..]),
