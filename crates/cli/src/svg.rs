@@ -120,7 +120,7 @@ fn temporal(body: &mut String, y: &mut f64, report: &Report) {
     let plot_w = WIDTH - LEFT - RIGHT - 110.0;
     let _ = writeln!(
         body,
-        r#"<text x="{LEFT}" y="{y}" class="title">GPU time per rank: compute / non-compute / idle (HTA temporal breakdown)</text>"#
+        r#"<text x="{LEFT}" y="{y}" class="title">GPU time per rank over its kernel span: compute / non-compute / idle (HTA temporal breakdown)</text>"#
     );
     *y += 16.0;
     let parts = [
