@@ -10,10 +10,10 @@
 //!   `dur = −1 µs`. Otherwise the values are used as written.
 //! - The exact one: ns since the Unix epoch, from the reader.
 
-use std::collections::HashMap;
 use std::io::Read;
 use std::path::Path;
 
+use crate::fastmap::FastMap;
 use kinetrace_export::reader::{
     for_each_event_pipelined, Phase, RawNum, ReadError, RowId, TraceEvent,
 };
@@ -134,7 +134,7 @@ fn hta_rounded(ts: RawNum, dur: RawNum) -> (i64, i64) {
 pub(crate) fn load_rows<R: Read + Send>(path: &Path, input: R) -> Result<Rows, ReadError> {
     let mut pending: Vec<Pending> = Vec::new();
     let mut mem = Vec::new();
-    let mut threads: HashMap<(RowId, RowId), u32> = HashMap::new();
+    let mut threads: FastMap<(RowId, RowId), u32> = FastMap::default();
     let mut any_float_ts = false;
     let mut count: u64 = 0;
     let mut raw_mem: Vec<(RawNum, i64, i64, i64)> = Vec::new();
@@ -159,9 +159,7 @@ pub(crate) fn load_rows<R: Read + Send>(path: &Path, input: R) -> Result<Rows, R
             return;
         }
         let next = threads.len() as u32;
-        let thread = *threads
-            .entry((ev.pid.clone(), ev.tid.clone()))
-            .or_insert(next);
+        let thread = *threads.entry((ev.pid, ev.tid)).or_insert(next);
         pending.push(Pending {
             index,
             name: ev.name.0,
