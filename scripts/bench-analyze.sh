@@ -2,13 +2,16 @@
 # Times HolisticTraceAnalysis 0.5.0 (import, load, its four analyses) and `kinetrace analyze` side by
 # side on the same trace directories: whole process, wall clock and peak RSS from /usr/bin/time -v.
 #
-#   scripts/bench-analyze.sh            # ../shared/traces/trace_filter and a generated 8-rank ≥200 MB dir
+#   scripts/bench-analyze.sh            # ../shared/traces/trace_filter, a generated 8-rank ≥200 MB dir
+#                                       # and a generated single gzipped 35 MB rank
 #   scripts/bench-analyze.sh DIR...     # other directories
 #
 # The generated directory (target/bench-analyze/big8, made once) holds 8 plain-JSON ranks of ~26 MB:
 # the real nccl_parser_config trace (float µs relative to baseTimeNanoseconds, NCCL kernels, 10
 # ProfilerSteps) repeated end to end with shifted timestamps, renumbered correlations / External ids /
-# steps, and per-rank perturbed kernel durations. HTA's peak RSS is GNU time's: the largest single
+# steps, and per-rank perturbed kernel durations. target/bench-analyze/one35gz is the same recipe for
+# one rank of ~35 MB of JSON, gzipped (level 6, as Python's gzip module writes): one large gzipped
+# rank, where kinetrace cannot spread files over cores and inflating is on its critical path. HTA's peak RSS is GNU time's: the largest single
 # process of the run (HTA forks one parser process per rank, up to the CPU count, so the sum over its
 # processes is higher than shown). kinetrace is one process. Needs python3 and /usr/bin/time.
 set -euo pipefail
@@ -28,71 +31,8 @@ target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import j
 kinetrace="$target_dir/release/kinetrace"
 venv="$(scripts/compat-venv.sh)"
 
-generate() {
-    local dir="$1"
-    [[ -f "$dir/.complete" ]] && return 0
-    echo "bench-analyze: generating $dir (8 ranks, ~26 MB each)" >&2
-    rm -rf "$dir"
-    mkdir -p "$dir"
-    python3 - "$traces/nccl_parser_config/nccl_data.json.gz" "$dir" <<'EOF'
-import gzip, json, random, re, sys
-
-src, out = sys.argv[1], sys.argv[2]
-trace = json.load(gzip.open(src))
-events = trace.pop("traceEvents")
-meta_events = [e for e in events if e.get("ph") == "M"]
-body = [e for e in events if e.get("ph") != "M"]
-ts = [e["ts"] for e in body if isinstance(e.get("ts"), (int, float))]
-span = max(e["ts"] + e.get("dur", 0) for e in body if isinstance(e.get("ts"), (int, float))) - min(ts) + 1000.0
-max_corr = max((e.get("args", {}).get("correlation", 0) for e in body if isinstance(e.get("args", {}).get("correlation", 0), int)), default=0) + 1
-max_ext = max((e.get("args", {}).get("External id", 0) for e in body if isinstance(e.get("args", {}).get("External id", 0), int)), default=0) + 1
-max_id = max((e["id"] for e in body if isinstance(e.get("id"), int)), default=0) + 1
-step_re = re.compile(r"^ProfilerStep#(\d+)$")
-one_copy = sum(len(json.dumps(e)) + 2 for e in body)
-copies = max(1, -(-26_000_000 // one_copy))
-
-def shifted(e, j, rank, rng):
-    e = dict(e)
-    if isinstance(e.get("ts"), (int, float)):
-        e["ts"] = round(e["ts"] + j * span, 3)
-    if isinstance(e.get("id"), int):
-        e["id"] = e["id"] + j * max_id
-    m = step_re.match(e.get("name", ""))
-    if m:
-        e["name"] = f"ProfilerStep#{int(m.group(1)) + j * 100}"
-    if "args" in e:
-        a = dict(e["args"])
-        if isinstance(a.get("correlation"), int) and a["correlation"] > 0:
-            a["correlation"] += j * max_corr
-        if isinstance(a.get("External id"), int) and a["External id"] > 0:
-            a["External id"] += j * max_ext
-        e["args"] = a
-    if e.get("cat") == "kernel" and isinstance(e.get("dur"), (int, float)):
-        e["dur"] = round(e["dur"] * (1.0 + 0.03 * rank + rng.uniform(-0.02, 0.02)), 3)
-    return e
-
-for rank in range(8):
-    rng = random.Random(rank)
-    head = dict(trace)
-    head["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": 8}
-    with open(f"{out}/rank{rank}.pt.trace.json", "w") as f:
-        f.write("{\n")
-        for k, v in head.items():
-            f.write(f"  {json.dumps(k)}: {json.dumps(v)},\n")
-        f.write('  "traceEvents": [\n')
-        first = True
-        for e in meta_events:
-            f.write(("" if first else ",\n") + json.dumps(e))
-            first = False
-        for j in range(copies):
-            for e in body:
-                f.write(("" if first else ",\n") + json.dumps(shifted(e, j, rank, rng)))
-                first = False
-        f.write("\n  ]\n}\n")
-print(f"{copies} copies of {len(body)} events per rank", file=sys.stderr)
-EOF
-    touch "$dir/.complete"
-}
+# shellcheck source=scripts/lib/bench-traces.sh
+. "$root/scripts/lib/bench-traces.sh"
 
 hta_script='
 import sys, warnings
@@ -129,8 +69,9 @@ EOF
 if [[ $# -gt 0 ]]; then
     dirs=("$@")
 else
-    generate "$out/big8"
-    dirs=("$traces/trace_filter" "$out/big8")
+    generate "$out/big8" 8 26000000 0
+    generate "$out/one35gz" 1 34000000 1
+    dirs=("$traces/trace_filter" "$out/big8" "$out/one35gz")
 fi
 
 printf '\n%-28s %9s %5s | %9s %10s | %9s %10s | %8s %9s\n' \

@@ -23,10 +23,11 @@
 //! equal timestamps matters: an HTA-rounded `dur` of −1 µs inside interval merging, two kernels
 //! starting in the same µs on one stream, and kernels with equal total time at the "others" cut.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::fastmap::FastMap;
 use crate::kernel::{kernel_type, KernelType};
 use crate::rows::{Row, Rows};
 use crate::stats::{quantile_sorted, std_sample, Describe};
@@ -264,7 +265,7 @@ pub(crate) fn hta_view(rows: &Rows, sym: &Symbols, filter: StepFilter) -> Vec<u3
             Box::new(move |_| any)
         }
     };
-    let mut cpu_by_corr: HashMap<i64, u32> = HashMap::new();
+    let mut cpu_by_corr: FastMap<i64, u32> = FastMap::default();
     let mut kept_cpu = Vec::new();
     for (i, r) in all.iter().enumerate() {
         if is_cpu(r) && keep_cpu(r) {
@@ -545,8 +546,8 @@ fn idle_breakdown(
     // HTA's `index_correlation`, computed before filtering: a GPU row points at the last CPU row
     // with its correlation, a CPU row at the last GPU row; otherwise `min(correlation, 0)`, and 0
     // then joins with whatever row has index 0.
-    let mut last_cpu: HashMap<i64, usize> = HashMap::new();
-    let mut last_gpu: HashMap<i64, usize> = HashMap::new();
+    let mut last_cpu: FastMap<i64, usize> = FastMap::default();
+    let mut last_gpu: FastMap<i64, usize> = FastMap::default();
     for (i, r) in all.iter().enumerate() {
         if r.corr != -1 {
             if sym.is_gpu_row(r) {
@@ -574,7 +575,7 @@ fn idle_breakdown(
 
     // Kernel rows by stream, streams in order of first appearance.
     let mut streams: Vec<i64> = Vec::new();
-    let mut per_stream: HashMap<i64, Vec<(i64, i64, Option<i64>)>> = HashMap::new();
+    let mut per_stream: FastMap<i64, Vec<(i64, i64, Option<i64>)>> = FastMap::default();
     for &i in view {
         let r = &all[i as usize];
         if r.stream == -1 || !sym.kernel_cat[r.cat as usize] {

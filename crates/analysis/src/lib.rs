@@ -31,6 +31,7 @@ for t in &report.temporal_breakdown {
 
 pub mod diff;
 pub mod doctor;
+mod fastmap;
 pub mod hta;
 pub mod kernel;
 mod load;

@@ -18,7 +18,7 @@ use kinetrace_export::reader::{rank_like_hta_from_reader, ReadError};
 use serde::Serialize;
 
 use crate::hta::{analyze_rank, hta_view, HtaOptions, HtaRank, StepFilter, Symbols};
-use crate::memory::{memory, MemoryDevice};
+use crate::memory::{memory, phases, MemoryDevice, PhaseSpan};
 use crate::ops::{op_table, OpStat};
 use crate::rows::{load_rows, Rows};
 use crate::steps::{steps, StepRow};
@@ -53,7 +53,7 @@ impl TraceSource {
         }
     }
 
-    fn open(&self) -> io::Result<Box<dyn Read + '_>> {
+    fn open(&self) -> io::Result<Box<dyn Read + Send + '_>> {
         Ok(match self {
             TraceSource::File(p) => Box::new(BufReader::with_capacity(256 * 1024, File::open(p)?)),
             TraceSource::Memory { bytes, .. } => Box::new(&bytes[..]),
@@ -167,6 +167,8 @@ pub(crate) struct RankSummary {
     pub ops: Vec<OpStat>,
     pub steps: Vec<StepRow>,
     pub memory: Vec<MemoryDevice>,
+    /// Step phases, for ranks with memory samples.
+    pub phases: Vec<PhaseSpan>,
 }
 
 /// Options of a whole run.
@@ -250,7 +252,19 @@ pub(crate) fn summarize(source: &TraceSource, opts: &Options) -> Result<RankSumm
         .min()
         .unwrap_or(0);
     let step_rows = steps(rank, &rows, &sym, origin);
-    let mem = memory(rank, &rows.mem, &step_rows, origin, opts.memory_points);
+    let phase_spans = if rows.mem.is_empty() {
+        Vec::new()
+    } else {
+        phases(rank, &rows, &step_rows, origin)
+    };
+    let mem = memory(
+        rank,
+        &rows,
+        &step_rows,
+        &phase_spans,
+        origin,
+        opts.memory_points,
+    );
     Ok(RankSummary {
         file: path.to_owned(),
         rank,
@@ -265,6 +279,7 @@ pub(crate) fn summarize(source: &TraceSource, opts: &Options) -> Result<RankSumm
         ops: op_table(&rows, &sym),
         steps: step_rows,
         memory: mem,
+        phases: phase_spans,
     })
 }
 

@@ -9,10 +9,9 @@
 //!   annotation's when no op has it). "Self GPU" is an op's own kernels; "total GPU" adds the
 //!   kernels of every op nested in it, so a `ProfilerStep#N` annotation totals its step.
 
-use std::collections::HashMap;
-
 use serde::Serialize;
 
+use crate::fastmap::FastMap;
 use crate::hta::Symbols;
 use crate::rows::{Row, Rows};
 use crate::units::Us;
@@ -92,7 +91,7 @@ pub(crate) fn op_table(rows: &Rows, sym: &Symbols) -> Vec<OpStat> {
     let ops: Vec<u32> = (0..all.len() as u32)
         .filter(|&i| kind(&all[i as usize]).is_some())
         .collect();
-    let mut by_thread: HashMap<u32, Vec<usize>> = HashMap::new();
+    let mut by_thread: FastMap<u32, Vec<usize>> = FastMap::default();
     for (k, &i) in ops.iter().enumerate() {
         by_thread.entry(all[i as usize].thread).or_default().push(k);
     }
@@ -115,7 +114,7 @@ pub(crate) fn op_table(rows: &Rows, sym: &Symbols) -> Vec<OpStat> {
         }
     }
     // GPU time by External id.
-    let mut owner: HashMap<i64, usize> = HashMap::new();
+    let mut owner: FastMap<i64, usize> = FastMap::default();
     for (k, &i) in ops.iter().enumerate() {
         let r = &all[i as usize];
         if r.ext == -1 {
@@ -131,7 +130,7 @@ pub(crate) fn op_table(rows: &Rows, sym: &Symbols) -> Vec<OpStat> {
             _ => {}
         }
     }
-    let mut runtime_by_corr: HashMap<i64, usize> = HashMap::new();
+    let mut runtime_by_corr: FastMap<i64, usize> = FastMap::default();
     for (k, &i) in ops.iter().enumerate() {
         let r = &all[i as usize];
         if r.corr != -1 && kind(r) == Some(OpKind::Runtime) {
@@ -160,7 +159,7 @@ pub(crate) fn op_table(rows: &Rows, sym: &Symbols) -> Vec<OpStat> {
             }
         }
     }
-    let mut acc: HashMap<(OpKind, u32), Acc> = HashMap::new();
+    let mut acc: FastMap<(OpKind, u32), Acc> = FastMap::default();
     for (k, &i) in ops.iter().enumerate() {
         let r = &all[i as usize];
         let Some(kd) = kind(r) else { continue };

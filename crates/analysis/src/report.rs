@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::hta::{IdleRow, KernelRow, Overlap, Temporal};
 use crate::load::{FileProblem, RankSource, RankSummary};
-use crate::memory::MemoryDevice;
+use crate::memory::{MemoryDevice, PhaseSpan};
 use crate::ops::{OpKind, OpStat};
 use crate::steps::{straggler, StepRow, Straggler};
 use crate::units::{Num, Us};
@@ -84,6 +84,8 @@ pub struct Report {
     pub straggler: Option<Straggler>,
     /// Memory per rank and device.
     pub memory: Vec<MemoryDevice>,
+    /// Forward / backward / optimizer phases of each step, for ranks with memory samples.
+    pub phases: Vec<PhaseSpan>,
 }
 
 impl Report {
@@ -158,6 +160,7 @@ pub(crate) fn build(
         steps: Vec::new(),
         straggler: None,
         memory: Vec::new(),
+        phases: Vec::new(),
     };
     let mut type_totals: HashMap<String, i64> = HashMap::new();
     let mut ops: HashMap<(OpKind, String), OpStat> = HashMap::new();
@@ -231,6 +234,7 @@ pub(crate) fn build(
         }
         report.steps.extend(s.steps);
         report.memory.extend(s.memory);
+        report.phases.extend(s.phases);
     }
     let total: i64 = type_totals.values().sum();
     let mut shares: Vec<KernelTypeShare> = type_totals

@@ -10,12 +10,12 @@
 //!   `dur = −1 µs`. Otherwise the values are used as written.
 //! - The exact one: ns since the Unix epoch, from the reader.
 
-use std::collections::HashMap;
 use std::io::Read;
 use std::path::Path;
 
+use crate::fastmap::FastMap;
 use kinetrace_export::reader::{
-    for_each_event_from_reader, Phase, RawNum, ReadError, RowId, TraceEvent,
+    for_each_event_pipelined, Phase, RawNum, ReadError, RowId, TraceEvent,
 };
 
 /// One HTA row (an event with `dur` and `cat`).
@@ -128,16 +128,17 @@ fn hta_rounded(ts: RawNum, dur: RawNum) -> (i64, i64) {
     (s, to_ns(end).saturating_sub(s))
 }
 
-/// Reads a trace (plain or gzip) into [`Rows`], streaming: the reader's events are not kept.
+/// Reads a trace (plain or gzip, inflated on a second thread) into [`Rows`], streaming: the
+/// reader's events are not kept.
 /// `path` names the input in errors.
-pub(crate) fn load_rows<R: Read>(path: &Path, input: R) -> Result<Rows, ReadError> {
+pub(crate) fn load_rows<R: Read + Send>(path: &Path, input: R) -> Result<Rows, ReadError> {
     let mut pending: Vec<Pending> = Vec::new();
     let mut mem = Vec::new();
-    let mut threads: HashMap<(RowId, RowId), u32> = HashMap::new();
+    let mut threads: FastMap<(RowId, RowId), u32> = FastMap::default();
     let mut any_float_ts = false;
     let mut count: u64 = 0;
     let mut raw_mem: Vec<(RawNum, i64, i64, i64)> = Vec::new();
-    let trace = for_each_event_from_reader(path, input, |ev: TraceEvent, strings: &[Box<str>]| {
+    let trace = for_each_event_pipelined(path, input, |ev: TraceEvent, strings: &[Box<str>]| {
         let index = count as u32;
         count += 1;
         any_float_ts |= ev.ts.is_float();
@@ -158,9 +159,7 @@ pub(crate) fn load_rows<R: Read>(path: &Path, input: R) -> Result<Rows, ReadErro
             return;
         }
         let next = threads.len() as u32;
-        let thread = *threads
-            .entry((ev.pid.clone(), ev.tid.clone()))
-            .or_insert(next);
+        let thread = *threads.entry((ev.pid, ev.tid)).or_insert(next);
         pending.push(Pending {
             index,
             name: ev.name.0,

@@ -10,10 +10,11 @@
 //! others waiting inside their collectives. The straggler rank is the one that is slowest in the
 //! most steps (ties: the larger total compute).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::fastmap::FastMap;
 use crate::hta::Symbols;
 use crate::kernel::KernelType;
 use crate::rows::Rows;
@@ -104,7 +105,7 @@ pub(crate) fn steps(rank: i64, rows: &Rows, sym: &Symbols, origin_ns: i64) -> Ve
             .find(|(_, (s, e))| *s <= t && t < *e)
             .map(|(n, _)| *n)
     };
-    let mut launch: HashMap<i64, i64> = HashMap::new();
+    let mut launch: FastMap<i64, i64> = FastMap::default();
     for r in all.iter().filter(|r| r.corr != -1 && !sym.is_gpu_row(r)) {
         launch.insert(r.corr, r.ts);
     }
@@ -114,7 +115,7 @@ pub(crate) fn steps(rank: i64, rows: &Rows, sym: &Symbols, origin_ns: i64) -> Ve
         comp: Vec<(i64, i64)>,
         comm: Vec<(i64, i64)>,
     }
-    let mut acc: HashMap<i64, Acc> = HashMap::new();
+    let mut acc: FastMap<i64, Acc> = FastMap::default();
     for r in all.iter().filter(|r| r.on_stream_with_corr()) {
         let Some(step) = launch.get(&r.corr).and_then(|&t| step_at(t)) else {
             continue;
@@ -165,8 +166,8 @@ pub(crate) fn straggler(steps: &[StepRow]) -> Option<Straggler> {
     if shared.is_empty() {
         return None;
     }
-    let mut wins: HashMap<i64, usize> = HashMap::new();
-    let mut compute: HashMap<i64, f64> = HashMap::new();
+    let mut wins: FastMap<i64, usize> = FastMap::default();
+    let mut compute: FastMap<i64, f64> = FastMap::default();
     for step in &shared {
         let slowest = step.iter().max_by(|a, b| {
             a.compute_us

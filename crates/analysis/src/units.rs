@@ -79,3 +79,18 @@ pub fn fmt_us(us: f64) -> String {
         format!("{:.3} s", us / 1_000_000.0)
     }
 }
+
+/// Bytes in binary units for messages: `512 B`, `69.5 KiB`, `1.2 MiB`, `2.00 GiB`.
+pub fn fmt_bytes(b: i64) -> String {
+    let a = b.unsigned_abs() as f64;
+    let sign = if b < 0 { "-" } else { "" };
+    if a < 1024.0 {
+        format!("{b} B")
+    } else if a < 1024.0 * 1024.0 {
+        format!("{sign}{:.1} KiB", a / 1024.0)
+    } else if a < 1024.0 * 1024.0 * 1024.0 {
+        format!("{sign}{:.1} MiB", a / (1024.0 * 1024.0))
+    } else {
+        format!("{sign}{:.2} GiB", a / (1024.0 * 1024.0 * 1024.0))
+    }
+}

@@ -254,6 +254,13 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                         "final_allocated_bytes",
                         "first_step_peak_bytes",
                         "later_steps_peak_bytes",
+                        "peak_phase",
+                        "peak_ops",
+                        "first_step_reserved_bytes",
+                        "later_steps_reserved_bytes",
+                        "first_step_reserved_growth_bytes",
+                        "later_steps_reserved_growth_bytes",
+                        "first_step_note",
                     ],
                 );
                 let mut tl = Csv::new(
@@ -280,6 +287,13 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                         m.final_allocated_bytes.to_string(),
                         o(m.first_step_peak_bytes),
                         o(m.later_steps_peak_bytes),
+                        m.peak_phase.map_or("", |k| k.as_str()).to_owned(),
+                        m.peak_ops.clone().unwrap_or_default(),
+                        o(m.first_step_reserved_bytes),
+                        o(m.later_steps_reserved_bytes),
+                        o(m.first_step_reserved_growth_bytes),
+                        o(m.later_steps_reserved_growth_bytes),
+                        m.first_step_note.clone().unwrap_or_default(),
                     ]);
                     for p in &m.timeline {
                         tl.row(&[

@@ -122,17 +122,7 @@ pub fn pct(v: Option<f64>) -> String {
 
 /// Bytes in binary units.
 pub fn bytes(b: i64) -> String {
-    let a = b.unsigned_abs() as f64;
-    let sign = if b < 0 { "-" } else { "" };
-    if a < 1024.0 {
-        format!("{b} B")
-    } else if a < 1024.0 * 1024.0 {
-        format!("{sign}{:.1} KiB", a / 1024.0)
-    } else if a < 1024.0 * 1024.0 * 1024.0 {
-        format!("{sign}{:.1} MiB", a / (1024.0 * 1024.0))
-    } else {
-        format!("{sign}{:.2} GiB", a / (1024.0 * 1024.0 * 1024.0))
-    }
+    kinetrace_analysis::units::fmt_bytes(b)
 }
 
 /// `s` cut to `max` characters with an ellipsis.

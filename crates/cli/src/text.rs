@@ -35,6 +35,9 @@ pub fn render(report: &Report, analyses: &[Analysis], top: usize) -> String {
         if *a == Analysis::Steps {
             out.push_str(&straggler_line(report));
         }
+        if *a == Analysis::Memory {
+            out.push_str(&memory_lines(report, top));
+        }
     }
     out
 }
@@ -268,6 +271,48 @@ fn straggler_line(r: &Report) -> String {
     }
 }
 
+/// Memory devices, highest peak first.
+fn memory_order(r: &Report) -> Vec<&kinetrace_analysis::memory::MemoryDevice> {
+    let mut rows: Vec<_> = r.memory.iter().collect();
+    rows.sort_by(|a, b| {
+        b.peak_allocated_bytes
+            .cmp(&a.peak_allocated_bytes)
+            .then((a.rank, a.device).cmp(&(b.rank, b.device)))
+    });
+    rows
+}
+
+/// Per device (as many as the table shows): what ran at the peak, and the first step against
+/// the later ones in one line.
+fn memory_lines(r: &Report, top: usize) -> String {
+    let mut out = String::new();
+    let shown = if top == 0 { usize::MAX } else { top };
+    for x in memory_order(r).into_iter().take(shown) {
+        let dev = if x.device < 0 {
+            "cpu".to_owned()
+        } else {
+            format!("gpu {}", x.device)
+        };
+        let mut at = String::new();
+        if let Some(s) = x.peak_step {
+            at.push_str(&format!(" in step {s}"));
+            if let Some(k) = x.peak_phase {
+                at.push_str(&format!(" {}", k.as_str()));
+            }
+        }
+        if let Some(ops) = &x.peak_ops {
+            at.push_str(&format!(", running {ops}"));
+        }
+        if !at.is_empty() {
+            out.push_str(&format!("  rank {} {dev} peak:{at}\n", x.rank));
+        }
+        if let Some(note) = &x.first_step_note {
+            out.push_str(&format!("  rank {} {dev} first step: {note}\n", x.rank));
+        }
+    }
+    out
+}
+
 fn memory(r: &Report) -> Table {
     let mut t = Table::new(
         "Memory per rank and device (highest peak first)",
@@ -282,13 +327,7 @@ fn memory(r: &Report) -> Table {
             ("later − first step", Align::Right),
         ],
     );
-    let mut rows: Vec<_> = r.memory.iter().collect();
-    rows.sort_by(|a, b| {
-        b.peak_allocated_bytes
-            .cmp(&a.peak_allocated_bytes)
-            .then((a.rank, a.device).cmp(&(b.rank, b.device)))
-    });
-    for x in rows {
+    for x in memory_order(r) {
         t.row(vec![
             x.rank.to_string(),
             if x.device < 0 {

@@ -144,7 +144,10 @@ fn csv_and_svg_files() {
     }
     let svg = std::fs::read_to_string(svg).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-    assert!(svg.contains("rank 0") && svg.contains("<polyline"), "{svg}");
+    assert!(
+        svg.contains("rank 0") && svg.contains(r#"<path class="alloc""#),
+        "{svg}"
+    );
 }
 
 #[test]

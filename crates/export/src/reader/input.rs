@@ -10,10 +10,12 @@ pub(super) const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
 pub(super) type Source<'a> = Box<dyn Read + 'a>;
 
-/// The decompressed byte stream and whether it was gzip; `None` for an empty input.
-pub(super) fn decoded_stream<'a, R: Read + 'a>(
-    mut reader: R,
-) -> io::Result<Option<(Source<'a>, bool)>> {
+/// An input whose first bytes were read, put back in front.
+pub(super) type Sniffed<R> = io::Chain<io::Take<io::Cursor<[u8; 2]>>, R>;
+
+/// The input with its first bytes read back in front, and whether they are the gzip magic;
+/// `None` for an empty input.
+pub(super) fn sniff<R: Read>(mut reader: R) -> io::Result<Option<(Sniffed<R>, bool)>> {
     let mut magic = [0u8; 2];
     let mut n = 0;
     while n < magic.len() {
@@ -28,13 +30,147 @@ pub(super) fn decoded_stream<'a, R: Read + 'a>(
         return Ok(None);
     }
     let gzip = magic[..n] == GZIP_MAGIC;
-    let src = io::Cursor::new(magic).take(n as u64).chain(reader);
-    if gzip {
-        let decoder = MultiGzDecoder::new(BufReader::with_capacity(BUF_SIZE, src));
-        Ok(Some((Box::new(decoder), true)))
-    } else {
-        Ok(Some((Box::new(src), false)))
+    Ok(Some((
+        io::Cursor::new(magic).take(n as u64).chain(reader),
+        gzip,
+    )))
+}
+
+/// The decompressed byte stream and whether it was gzip; `None` for an empty input.
+pub(super) fn decoded_stream<'a, R: Read + 'a>(
+    reader: R,
+) -> io::Result<Option<(Source<'a>, bool)>> {
+    Ok(sniff(reader)?.map(|(src, gzip)| -> (Source<'a>, bool) {
+        if gzip {
+            let decoder = MultiGzDecoder::new(BufReader::with_capacity(BUF_SIZE, src));
+            (Box::new(decoder), true)
+        } else {
+            (Box::new(src), false)
+        }
+    }))
+}
+
+/// Buffers in flight between the inflating thread and the parser: enough that neither waits
+/// on the other's jitter, few enough to bound memory (4 × 256 KiB).
+const PIPE_BUFFERS: usize = 4;
+
+/// One message from the inflating thread: a buffer and how much of it holds data (less than its
+/// length only at the end of the stream), or the decoder's error.
+type Filled = io::Result<(Vec<u8>, usize)>;
+
+/// The parser's end of the inflating pipeline: reads the buffers the inflating thread fills and
+/// hands each back once consumed, so the whole run allocates [`PIPE_BUFFERS`] buffers once.
+pub(super) struct Piped {
+    full: Receiver<Filled>,
+    free: SyncSender<Vec<u8>>,
+    cur: Vec<u8>,
+    pos: usize,
+    len: usize,
+    last: bool,
+}
+
+impl Read for Piped {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if self.pos < self.len {
+                let n = out.len().min(self.len - self.pos);
+                out[..n].copy_from_slice(&self.cur[self.pos..self.pos + n]);
+                self.pos += n;
+                return Ok(n);
+            }
+            if self.last {
+                return Ok(0);
+            }
+            if !self.cur.is_empty() {
+                // The inflating thread may have stopped (error, end); then the buffer is dropped.
+                let _ = self.free.try_send(std::mem::take(&mut self.cur));
+            }
+            match self.full.recv() {
+                Ok(Ok((buf, n))) => {
+                    self.last = n < buf.len();
+                    self.cur = buf;
+                    (self.pos, self.len) = (0, n);
+                }
+                Ok(Err(e)) => {
+                    self.last = true;
+                    return Err(e);
+                }
+                Err(_) => {
+                    self.last = true;
+                    return Err(io::Error::other(
+                        "the inflating thread stopped before the end of the stream",
+                    ));
+                }
+            }
+        }
     }
+}
+
+/// The inflating thread's end: fills free buffers from `decoder` until the end of the stream,
+/// an error, or the parser hanging up.
+pub(super) struct Inflater {
+    full: SyncSender<Filled>,
+    free: Receiver<Vec<u8>>,
+}
+
+impl Inflater {
+    pub(super) fn run(self, mut decoder: impl Read) {
+        while let Ok(mut buf) = self.free.recv() {
+            let mut n = 0;
+            let mut error = None;
+            while n < buf.len() {
+                match decoder.read(&mut buf[n..]) {
+                    Ok(0) => break,
+                    Ok(k) => n += k,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        error = Some(e);
+                        break;
+                    }
+                }
+            }
+            let end = n < buf.len();
+            // A short buffer marks the end, so data read before an error goes as a full one.
+            if error.is_some() {
+                buf.truncate(n);
+                if n > 0 && self.full.send(Ok((buf, n))).is_err() {
+                    return;
+                }
+            } else if self.full.send(Ok((buf, n))).is_err() {
+                return;
+            }
+            if let Some(e) = error {
+                let _ = self.full.send(Err(e));
+                return;
+            }
+            if end {
+                return;
+            }
+        }
+    }
+}
+
+/// A connected [`Piped`] / [`Inflater`] pair with its buffers.
+pub(super) fn pipeline() -> (Piped, Inflater) {
+    let (full_tx, full_rx) = sync_channel(PIPE_BUFFERS);
+    let (free_tx, free_rx) = sync_channel(PIPE_BUFFERS);
+    for _ in 0..PIPE_BUFFERS {
+        let _ = free_tx.send(vec![0; BUF_SIZE]);
+    }
+    (
+        Piped {
+            full: full_rx,
+            free: free_tx,
+            cur: Vec::new(),
+            pos: 0,
+            len: 0,
+            last: false,
+        },
+        Inflater {
+            full: full_tx,
+            free: free_rx,
+        },
+    )
 }
 
 /// The decompressed JSON in a window that always holds the value being parsed whole.

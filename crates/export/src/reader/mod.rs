@@ -4,6 +4,10 @@
 //!
 //! - The input is gzip when it starts with the gzip magic bytes `1f 8b`, whatever its name;
 //!   otherwise it is plain JSON. Concatenated gzip members are read as one stream.
+//!   [`for_each_event`], [`read_trace`] and [`for_each_event_pipelined`] inflate on a second
+//!   thread while the calling thread parses (four recycled 256 KiB buffers between them);
+//!   the `_from_reader` functions, whose input need not be `Send`, inflate inline. Inflating
+//!   uses zlib-rs (flate2's `zlib-rs` backend, with run-time CPU feature detection).
 //! - The JSON is parsed in one streaming pass. A small structural scanner walks the top-level
 //!   object and the `traceEvents` array and finds where each value ends; serde_json then
 //!   parses exactly that slice with custom `DeserializeSeed`/`Visitor`s (its slice parser is
@@ -47,6 +51,7 @@ use std::fs::File;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use flate2::bufread::MultiGzDecoder;
 use serde::de::{
@@ -293,10 +298,14 @@ impl fmt::Display for ReadError {
 
 impl std::error::Error for ReadError {}
 
-/// Reads one trace file, plain or gzip (by magic bytes, not extension).
+/// Reads one trace file, plain or gzip (by magic bytes, not extension). Gzip is inflated on a
+/// second thread while this one parses.
 pub fn read_trace(path: &Path) -> Result<Trace, ReadError> {
     let file = open(path)?;
-    read_trace_from_reader(path, file)
+    let mut events = Vec::new();
+    let mut trace = for_each_event_pipelined(path, file, |event, _| events.push(event))?;
+    trace.events = events;
+    Ok(trace)
 }
 
 /// Reads a trace from any byte stream, plain or gzip (by magic bytes); `path` is only used in
@@ -314,16 +323,17 @@ pub fn read_trace_from_reader<R: Read>(path: &Path, reader: R) -> Result<Trace, 
 /// [`StrId`]`.0`; every id in the event is already there). Returns the rest of the trace
 /// (rank, base time, metadata, all interned strings) with [`Trace::events`] empty.
 /// `distributedInfo` may come after `traceEvents`, so the rank is only known at the end.
+/// Gzip is inflated on a second thread while this one parses ([`for_each_event_pipelined`]).
 pub fn for_each_event<F>(path: &Path, on_event: F) -> Result<Trace, ReadError>
 where
     F: FnMut(TraceEvent, &[Box<str>]),
 {
     let file = open(path)?;
-    for_each_event_from_reader(path, file, on_event)
+    for_each_event_pipelined(path, file, on_event)
 }
 
-/// [`for_each_event`] over any byte stream, plain or gzip (by magic bytes); `path` is only
-/// used in [`Trace::path`] and error messages.
+/// [`for_each_event`] over any byte stream, plain or gzip (by magic bytes), on the calling
+/// thread only; `path` is only used in [`Trace::path`] and error messages.
 pub fn for_each_event_from_reader<R, F>(
     path: &Path,
     reader: R,
@@ -335,21 +345,84 @@ where
 {
     let (source, gzip) = match decoded_stream(reader) {
         Ok(Some(s)) => s,
-        Ok(None) => {
-            return Err(ReadError {
-                path: path.to_owned(),
-                offset: Some(0),
-                message: "the file is empty (0 bytes); expected a Kineto trace JSON object".into(),
-            })
-        }
-        Err(e) => {
-            return Err(ReadError {
-                path: path.to_owned(),
-                offset: None,
-                message: format!("cannot read: {e}"),
-            })
-        }
+        Ok(None) => return Err(empty(path)),
+        Err(e) => return Err(unreadable(path, e)),
     };
+    parse_source(path, source, gzip, on_event)
+}
+
+/// [`for_each_event_from_reader`], but a gzip stream is inflated on a second (scoped) thread
+/// while the calling thread parses: inflating is most of the time of reading a gzip trace, and
+/// the two overlap. The threads pass a few fixed 256 KiB buffers back and forth (nothing is
+/// allocated per event or per buffer). Plain JSON is parsed on the calling thread. If the
+/// thread cannot be started, the stream is inflated inline.
+pub fn for_each_event_pipelined<R, F>(
+    path: &Path,
+    reader: R,
+    on_event: F,
+) -> Result<Trace, ReadError>
+where
+    R: Read + Send,
+    F: FnMut(TraceEvent, &[Box<str>]),
+{
+    let (src, gzip) = match sniff(reader) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Err(empty(path)),
+        Err(e) => return Err(unreadable(path, e)),
+    };
+    if !gzip {
+        return parse_source(path, Box::new(src), false, on_event);
+    }
+    let decoder = MultiGzDecoder::new(BufReader::with_capacity(BUF_SIZE, src));
+    std::thread::scope(|scope| {
+        // The decoder goes over a channel so that it is still here if the thread cannot start.
+        let (give, take) = sync_channel(1);
+        let (piped, inflater) = pipeline();
+        let started = std::thread::Builder::new()
+            .name("kinetrace-inflate".into())
+            .spawn_scoped(scope, move || {
+                if let Ok(decoder) = take.recv() {
+                    inflater.run(decoder);
+                }
+            });
+        match started {
+            Ok(_) => {
+                // The thread holds the receiver until it takes the decoder.
+                let _ = give.send(decoder);
+                // `piped` is dropped when parsing ends, which stops the thread; the scope then
+                // joins it.
+                parse_source(path, Box::new(piped), true, on_event)
+            }
+            Err(_) => parse_source(path, Box::new(decoder), true, on_event),
+        }
+    })
+}
+
+fn empty(path: &Path) -> ReadError {
+    ReadError {
+        path: path.to_owned(),
+        offset: Some(0),
+        message: "the file is empty (0 bytes); expected a Kineto trace JSON object".into(),
+    }
+}
+
+fn unreadable(path: &Path, e: io::Error) -> ReadError {
+    ReadError {
+        path: path.to_owned(),
+        offset: None,
+        message: format!("cannot read: {e}"),
+    }
+}
+
+fn parse_source<F>(
+    path: &Path,
+    source: Source<'_>,
+    gzip: bool,
+    on_event: F,
+) -> Result<Trace, ReadError>
+where
+    F: FnMut(TraceEvent, &[Box<str>]),
+{
     let mut parser = Parser {
         input: Input::new(source),
         strings: Interner::default(),
