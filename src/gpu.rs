@@ -18,6 +18,9 @@ pub(crate) struct GpuSettings {
     pub library: Option<PathBuf>,
     /// Bound on the backend's activity buffers, in bytes (`None`: the backend's default).
     pub max_buffer_bytes: Option<usize>,
+    /// Bound on the ROCm backend's record queue (`None`: the backend's default).
+    #[cfg_attr(not(feature = "rocm"), allow(dead_code))]
+    pub rocm_max_events: Option<usize>,
 }
 
 /// The default GPU source, logging through `log`: CUPTI when it is live (or named explicitly),
@@ -28,7 +31,7 @@ pub(crate) fn source(settings: &GpuSettings, log: &LogFn) -> Box<dyn ActivitySou
     if cupti.is_live() || settings.library.is_some() {
         return Box::new(cupti);
     }
-    match rocm_source(log) {
+    match rocm_source(settings, log) {
         Some(rocm) => Box::new(rocm),
         None => Box::new(cupti),
     }
@@ -42,22 +45,26 @@ pub(crate) fn source(settings: &GpuSettings, log: &LogFn) -> Box<dyn ActivitySou
 
 /// The default GPU source, logging through `log`: rocprofiler-sdk (a build without CUPTI).
 #[cfg(all(feature = "rocm", not(feature = "cupti")))]
-pub(crate) fn source(_settings: &GpuSettings, log: &LogFn) -> Box<dyn ActivitySource> {
-    let config = kinetrace_rocm::RocmConfig {
+pub(crate) fn source(settings: &GpuSettings, log: &LogFn) -> Box<dyn ActivitySource> {
+    Box::new(kinetrace_rocm::RocmSource::new(rocm_config(settings, log)))
+}
+
+/// The ROCm backend's settings.
+#[cfg(feature = "rocm")]
+fn rocm_config(settings: &GpuSettings, log: &LogFn) -> kinetrace_rocm::RocmConfig {
+    let defaults = kinetrace_rocm::RocmConfig::default();
+    kinetrace_rocm::RocmConfig {
         log: Some(log.clone()),
-        ..Default::default()
-    };
-    Box::new(kinetrace_rocm::RocmSource::new(config))
+        queue_records: settings.rocm_max_events.unwrap_or(defaults.queue_records),
+        ..defaults
+    }
 }
 
 /// The ROCm source, unless neither rocprofiler-sdk nor roctracer was found.
 #[cfg(all(feature = "cupti", feature = "rocm"))]
-fn rocm_source(log: &LogFn) -> Option<kinetrace_rocm::RocmSource> {
-    use kinetrace_rocm::{RocmConfig, RocmOpenError, RocmSource};
-    let source = RocmSource::new(RocmConfig {
-        log: Some(log.clone()),
-        ..RocmConfig::default()
-    });
+fn rocm_source(settings: &GpuSettings, log: &LogFn) -> Option<kinetrace_rocm::RocmSource> {
+    use kinetrace_rocm::{RocmOpenError, RocmSource};
+    let source = RocmSource::new(rocm_config(settings, log));
     match source.library_info() {
         // Neither rocprofiler-sdk nor roctracer.
         Err(RocmOpenError::NotFound(_)) if !source.is_live() => None,

@@ -374,6 +374,14 @@ impl ProfilerBuilder {
         self
     }
 
+    /// Bound on the ROCm backend's queue of records between its callbacks and the collector
+    /// (default 65536, Kineto's `ROCTRACER_MAX_EVENTS`); records beyond it are dropped and
+    /// counted in the trace.
+    pub fn rocm_max_events(mut self, records: u32) -> Self {
+        self.gpu_settings.rocm_max_events = Some(records as usize);
+        self
+    }
+
     /// Slots in each thread's ring (default 16384). A thread that fills its ring between drains
     /// goes on in a spare one (see [`ring_memory_cap`](Self::ring_memory_cap)).
     pub fn ring_capacity(mut self, slots: usize) -> Self {

@@ -143,6 +143,7 @@ fn without_cuda_the_gpu_is_recorded_through_rocprofiler_sdk() {
             let p = Profiler::builder()
                 .output_dir(dir)
                 .log(log.sink())
+                .rocm_max_events(100)
                 .start()
                 .unwrap();
             {
@@ -150,6 +151,8 @@ fn without_cuda_the_gpu_is_recorded_through_rocprofiler_sdk() {
             }
             assert_eq!(p.stop().len(), 1);
             let t = load_json(&traces_in(dir)[0]);
+            // ROCTRACER_MAX_EVENTS's bound, rounded up to a power of two.
+            assert_eq!(t["rocm_queue_records"], "128", "{t}");
             assert_eq!(
                 t["rocprofiler_sdk_version"],
                 "1.1.0",

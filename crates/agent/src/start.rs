@@ -107,6 +107,9 @@ pub(crate) fn start(with_cuda: bool) -> Result<Option<Running>, StartError> {
     if let Some(p) = &config.cupti_path {
         builder = builder.gpu_library(p);
     }
+    if let Some(n) = config.rocm_max_events {
+        builder = builder.rocm_max_events(n);
+    }
     if !with_cuda {
         // The GPU backend is added when CUDA initialises (`Profiler::add_gpu`).
         builder = builder.cpu_only();

@@ -25,10 +25,13 @@ pub struct CallInfo {
     pub stream: Option<u64>,
     /// The launched function (launches).
     pub function: Option<u64>,
+    /// The bytes a memset sets (memsets): its ROCclr fill kernels become `gpu_memset`s of them.
+    pub bytes: Option<u64>,
 }
 
 const HAS_STREAM: u64 = 1;
 const HAS_FUNCTION: u64 = 2;
+const HAS_BYTES: u64 = 4;
 
 /// The table.
 pub struct ExternalIds {
@@ -36,6 +39,7 @@ pub struct ExternalIds {
     values: Box<[AtomicU64]>,
     streams: Box<[AtomicU64]>,
     functions: Box<[AtomicU64]>,
+    bytes: Box<[AtomicU64]>,
     flags: Box<[AtomicU64]>,
 }
 
@@ -54,6 +58,7 @@ impl ExternalIds {
             values: slots(),
             streams: slots(),
             functions: slots(),
+            bytes: slots(),
             flags: slots(),
         }
     }
@@ -82,12 +87,11 @@ impl ExternalIds {
         self.values[i].store(call.external, Ordering::Relaxed);
         self.streams[i].store(call.stream.unwrap_or(0), Ordering::Relaxed);
         self.functions[i].store(call.function.unwrap_or(0), Ordering::Relaxed);
-        let flags = if call.stream.is_some() { HAS_STREAM } else { 0 }
-            | if call.function.is_some() {
-                HAS_FUNCTION
-            } else {
-                0
-            };
+        self.bytes[i].store(call.bytes.unwrap_or(0), Ordering::Relaxed);
+        let flag = |present: bool, bit: u64| if present { bit } else { 0 };
+        let flags = flag(call.stream.is_some(), HAS_STREAM)
+            | flag(call.function.is_some(), HAS_FUNCTION)
+            | flag(call.bytes.is_some(), HAS_BYTES);
         self.flags[i].store(flags, Ordering::Relaxed);
         // Release: a reader that sees the tag sees the values.
         self.tags[i].store(correlation, Ordering::Release);
@@ -111,6 +115,7 @@ impl ExternalIds {
         let external = self.values[i].load(Ordering::Relaxed);
         let stream = self.streams[i].load(Ordering::Relaxed);
         let function = self.functions[i].load(Ordering::Relaxed);
+        let bytes = self.bytes[i].load(Ordering::Relaxed);
         let flags = self.flags[i].load(Ordering::Relaxed);
         // The values were read before the second tag load.
         fence(Ordering::Acquire);
@@ -118,6 +123,7 @@ impl ExternalIds {
             external,
             stream: (flags & HAS_STREAM != 0).then_some(stream),
             function: (flags & HAS_FUNCTION != 0).then_some(function),
+            bytes: (flags & HAS_BYTES != 0).then_some(bytes),
         })
     }
 }
@@ -146,9 +152,18 @@ mod tests {
             external: 9,
             stream: Some(0),
             function: Some(0x7e00_0001),
+            bytes: None,
         };
         t.set_call(8, launch);
         assert_eq!(t.call(8), Some(launch));
+        let fill = CallInfo {
+            external: 0,
+            stream: Some(0x5555),
+            function: None,
+            bytes: Some(1 << 33),
+        };
+        t.set_call(8, fill);
+        assert_eq!(t.call(8), Some(fill));
         t.set_call(8, CallInfo::default());
         assert_eq!(t.call(8), Some(CallInfo::default()));
         assert_eq!(t.call(8 + CAPACITY as u64), None);

@@ -25,6 +25,18 @@ pub enum ArgLayout {
     Malloc = 6,
     /// `hipFree`.
     Free = 7,
+    /// `hipMemset`, `hipMemsetD8`: `(dst, value, bytes)`.
+    Memset = 8,
+    /// `hipMemsetD16`: a count of 2-byte elements.
+    MemsetD16 = 9,
+    /// `hipMemsetD32`: a count of 4-byte elements.
+    MemsetD32 = 10,
+    /// `hipMemsetAsync`, `hipMemsetD8Async`: with a stream.
+    MemsetAsync = 11,
+    /// `hipMemsetD16Async`.
+    MemsetD16Async = 12,
+    /// `hipMemsetD32Async`.
+    MemsetD32Async = 13,
 }
 
 impl ArgLayout {
@@ -40,6 +52,12 @@ impl ArgLayout {
             "hipMemcpyAsync" | "hipMemcpyWithStream" => ArgLayout::MemcpyStream,
             "hipMalloc" => ArgLayout::Malloc,
             "hipFree" => ArgLayout::Free,
+            "hipMemset" | "hipMemsetD8" => ArgLayout::Memset,
+            "hipMemsetD16" => ArgLayout::MemsetD16,
+            "hipMemsetD32" => ArgLayout::MemsetD32,
+            "hipMemsetAsync" | "hipMemsetD8Async" => ArgLayout::MemsetAsync,
+            "hipMemsetD16Async" => ArgLayout::MemsetD16Async,
+            "hipMemsetD32Async" => ArgLayout::MemsetD32Async,
             _ => return None,
         })
     }
@@ -54,6 +72,12 @@ impl ArgLayout {
             5 => ArgLayout::MemcpyStream,
             6 => ArgLayout::Malloc,
             7 => ArgLayout::Free,
+            8 => ArgLayout::Memset,
+            9 => ArgLayout::MemsetD16,
+            10 => ArgLayout::MemsetD32,
+            11 => ArgLayout::MemsetAsync,
+            12 => ArgLayout::MemsetD16Async,
+            13 => ArgLayout::MemsetD32Async,
             _ => return None,
         })
     }
@@ -98,6 +122,15 @@ pub enum RawArgs {
         /// Bytes asked for (hipMalloc).
         size: Option<u64>,
     },
+    /// A memset: what its ROCclr fill kernels write.
+    Fill {
+        /// The `hipStream_t`, if the call takes one.
+        stream: Option<u64>,
+        /// Destination address.
+        dst: u64,
+        /// Bytes set (the count times the element size).
+        bytes: u64,
+    },
 }
 
 impl RawArgs {
@@ -105,7 +138,15 @@ impl RawArgs {
     pub fn stream(&self) -> Option<u64> {
         match *self {
             RawArgs::Launch { stream, .. } => Some(stream),
-            RawArgs::Copy { stream, .. } => stream,
+            RawArgs::Copy { stream, .. } | RawArgs::Fill { stream, .. } => stream,
+            _ => None,
+        }
+    }
+
+    /// The bytes a memset sets, for memsets.
+    pub fn fill_bytes(&self) -> Option<u64> {
+        match *self {
+            RawArgs::Fill { bytes, .. } => Some(bytes),
             _ => None,
         }
     }
@@ -222,6 +263,7 @@ const API: u64 = 1;
 const ARGS_LAUNCH: u64 = 1 << 8;
 const ARGS_COPY: u64 = 2 << 8;
 const ARGS_MALLOC: u64 = 3 << 8;
+const ARGS_FILL: u64 = 4 << 8;
 const ARGS_MASK: u64 = 0xff << 8;
 const HAS_OPTION: u64 = 1 << 16;
 const KERNEL: u64 = 2;
@@ -326,6 +368,10 @@ impl Raw {
                     RawArgs::Malloc { ptr, size } => (
                         API | ARGS_MALLOC | if size.is_some() { HAS_OPTION } else { 0 },
                         [ptr, size.unwrap_or(0), 0, 0, 0, 0],
+                    ),
+                    RawArgs::Fill { stream, dst, bytes } => (
+                        API | ARGS_FILL | if stream.is_some() { HAS_OPTION } else { 0 },
+                        [stream.unwrap_or(0), dst, bytes, 0, 0, 0],
                     ),
                 };
                 w[..6].copy_from_slice(&[
@@ -459,6 +505,11 @@ impl Raw {
                         ptr: w[6],
                         size: has.then_some(w[7]),
                     },
+                    ARGS_FILL => RawArgs::Fill {
+                        stream: has.then_some(w[6]),
+                        dst: w[7],
+                        bytes: w[8],
+                    },
                     _ => return None,
                 };
                 Raw::Api {
@@ -585,6 +636,32 @@ mod tests {
                     dst: 2,
                     size: 3,
                     kind: 4,
+                },
+            },
+            Raw::Api {
+                operation: 293,
+                correlation: 13,
+                tid: 1,
+                start: 1,
+                end: 2,
+                external: 5,
+                args: RawArgs::Fill {
+                    stream: Some(0x5555_0000_1234),
+                    dst: 0x7f00_0000_2000,
+                    bytes: 1 << 33,
+                },
+            },
+            Raw::Api {
+                operation: 292,
+                correlation: 14,
+                tid: 1,
+                start: 1,
+                end: 2,
+                external: 0,
+                args: RawArgs::Fill {
+                    stream: None,
+                    dst: 0x7f00_0000_3000,
+                    bytes: 4096,
                 },
             },
             Raw::Api {

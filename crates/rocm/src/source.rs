@@ -192,6 +192,9 @@ pub struct QueueStats {
     pub sdk_dropped: u64,
     /// Buffer records of a kind or size kinetrace does not read.
     pub skipped: u64,
+    /// Slots of the queue (`RocmConfig::queue_records` of the source that set it up, rounded up
+    /// to a power of two; fixed for the process).
+    pub capacity: usize,
 }
 
 /// The counters, once a source has registered kinetrace with an SDK, else once one has set up
@@ -205,6 +208,7 @@ pub fn queue_stats() -> Option<QueueStats> {
             refused: t.queue.refused(),
             sdk_dropped: t.sdk_dropped.load(Relaxed),
             skipped: t.skipped.load(Relaxed),
+            capacity: t.queue.capacity(),
         });
     }
     ffi::roctracer::tracer().map(|t| QueueStats {
@@ -213,6 +217,7 @@ pub fn queue_stats() -> Option<QueueStats> {
         refused: t.queue.refused(),
         sdk_dropped: 0,
         skipped: t.skipped.load(Relaxed),
+        capacity: t.queue.capacity(),
     })
 }
 
@@ -548,42 +553,17 @@ impl ActivitySource for RocmSource {
     }
 
     fn metadata(&self) -> Vec<(String, String)> {
-        match &self.state {
-            State::Live(l) => {
-                let (a, b, c) = l.info.version;
-                vec![
-                    ("rocm_backend".into(), "rocprofiler-sdk".into()),
-                    ("rocprofiler_sdk_version".into(), format!("{a}.{b}.{c}")),
-                    (
-                        "rocprofiler_sdk_library".into(),
-                        l.info.path.display().to_string(),
-                    ),
-                    ("rocprofiler_sdk_found".into(), l.info.origin.to_string()),
-                    (
-                        "rocprofiler_sdk_memory_allocation".into(),
-                        match (&l.allocations_off, l.info.kinds.memory_allocation) {
-                            (Some(e), _) => format!("off: {e}"),
-                            (None, Some(_)) => "on".into(),
-                            (None, None) => "off: not read on this SDK version".into(),
-                        },
-                    ),
-                ]
-            }
-            State::Tracer { live, why, .. } => {
-                let (a, b) = live.info.version;
-                vec![
-                    ("rocm_backend".into(), "roctracer".into()),
-                    ("roctracer_version".into(), format!("{a}.{b}")),
-                    (
-                        "roctracer_library".into(),
-                        live.info.path.display().to_string(),
-                    ),
-                    ("roctracer_found".into(), live.info.origin.to_string()),
-                    ("rocm_fallback_reason".into(), why.to_string()),
-                ]
-            }
-            State::Off { .. } => Vec::new(),
+        let mut m = self.backend_metadata();
+        if m.is_empty() {
+            return m;
         }
+        if let Some(q) = queue_stats() {
+            m.push(("rocm_queue_records".into(), q.capacity.to_string()));
+        }
+        if let Some(v) = visible_devices() {
+            m.push(("rocm_visible_devices".into(), v));
+        }
+        m
     }
 
     fn device_properties(&self) -> Vec<DeviceProperties> {
@@ -692,4 +672,63 @@ impl Drop for RocmSource {
         // Leave the SDK as a later source in this process expects it: the main context stopped.
         self.disable();
     }
+}
+
+impl RocmSource {
+    /// What the trace says of the backend in use.
+    fn backend_metadata(&self) -> Vec<(String, String)> {
+        match &self.state {
+            State::Live(l) => {
+                let (a, b, c) = l.info.version;
+                vec![
+                    ("rocm_backend".into(), "rocprofiler-sdk".into()),
+                    ("rocprofiler_sdk_version".into(), format!("{a}.{b}.{c}")),
+                    (
+                        "rocprofiler_sdk_library".into(),
+                        l.info.path.display().to_string(),
+                    ),
+                    ("rocprofiler_sdk_found".into(), l.info.origin.to_string()),
+                    (
+                        "rocprofiler_sdk_memory_allocation".into(),
+                        match (&l.allocations_off, l.info.kinds.memory_allocation) {
+                            (Some(e), _) => format!("off: {e}"),
+                            (None, Some(_)) => "on".into(),
+                            (None, None) => "off: not read on this SDK version".into(),
+                        },
+                    ),
+                ]
+            }
+            State::Tracer { live, why, .. } => {
+                let (a, b) = live.info.version;
+                vec![
+                    ("rocm_backend".into(), "roctracer".into()),
+                    ("roctracer_version".into(), format!("{a}.{b}")),
+                    (
+                        "roctracer_library".into(),
+                        live.info.path.display().to_string(),
+                    ),
+                    ("roctracer_found".into(), live.info.origin.to_string()),
+                    ("rocm_fallback_reason".into(), why.to_string()),
+                ]
+            }
+            State::Off { .. } => Vec::new(),
+        }
+    }
+}
+
+/// The device-visibility variables set in the process (`ROCR_VISIBLE_DEVICES` filters the agents
+/// the SDK lists; `HIP_VISIBLE_DEVICES`, `CUDA_VISIBLE_DEVICES` and `GPU_DEVICE_ORDINAL` only
+/// HIP's numbering), as `NAME=value` pairs: the trace's `device` is the agent's index among the
+/// GPUs the SDK lists, as in Kineto, so a rank's `cuda:0` may be another device number there.
+fn visible_devices() -> Option<String> {
+    let set: Vec<String> = [
+        "ROCR_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES",
+        "CUDA_VISIBLE_DEVICES",
+        "GPU_DEVICE_ORDINAL",
+    ]
+    .iter()
+    .filter_map(|k| std::env::var(k).ok().map(|v| format!("{k}={v}")))
+    .collect();
+    (!set.is_empty()).then(|| set.join(" "))
 }

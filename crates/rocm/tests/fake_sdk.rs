@@ -91,6 +91,15 @@ impl Fake {
         // SAFETY: plain values.
         unsafe { f(bytes, direction, gpu, 3_000) }
     }
+    fn memset(&self, fill_kernel: u64, bytes: u64, stream: u64, dispatches: u32) -> u64 {
+        let f = sym!(
+            self,
+            b"fake_rocp_memset\0",
+            unsafe extern "C" fn(u64, u64, u32, u64, u64, u32, u64) -> u64
+        );
+        // SAFETY: plain values.
+        unsafe { f(fill_kernel, bytes, 1, 0xa000, stream, dispatches, 2_000) }
+    }
     fn memory(&self, free: bool, address: u64, bytes: u64, gpu: u32) -> u64 {
         let f = sym!(
             self,
@@ -438,6 +447,115 @@ fn kinds_and_operations_are_resolved_by_name() {
         &[("FAKE_ROCP_RENUMBER", "1")],
         || {
             scenario("1.1.0");
+        },
+    );
+}
+
+/// ROCclr carries out a `hipMemset*` as dispatches of its fill kernels: those become
+/// `gpu_memset` events with the call's bytes (once per call), on the call's stream, linked to it;
+/// other kernels stay kernels.
+fn memsets_scenario() -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = fake_lib(dir.path());
+    let fake = Fake::open(&lib);
+    let source = RocmSource::new(config(&lib));
+    fake.load_kernel(1, "_Z4axpyPfS_f.kd");
+    fake.load_kernel(9, "__amd_rocclr_fillBufferAligned.kd");
+    let out = dir.path().join("traces");
+    let log = Log::default();
+    let session = trace_session(vec![Box::new(source)], ActivitySet::all(), &out, &log);
+    wait_until(
+        "the window to start the main context",
+        || fake.stats().active_contexts == 2,
+        || format!("{:?}", fake.stats()),
+    );
+    let (one, split) = {
+        let _span = annotation("zero_grad");
+        let one = fake.memset(9, 4096, STREAM, 1);
+        // An unaligned size: ROCclr splits it into several fill dispatches.
+        let split = fake.memset(9, 1_000_003, 0, 3);
+        fake.kernel(1, 1, 0xa000);
+        (one, split)
+    };
+    assert_eq!(session.stop().len(), 1);
+    let trace = load_only_trace(&out);
+    let sets = x(&trace, "gpu_memset");
+    let kernels = x(&trace, "kernel");
+    assert_eq!(
+        kernels.len(),
+        1,
+        "only the axpy dispatch is a kernel: {kernels:?}"
+    );
+    assert_eq!(kernels[0]["name"], "_Z4axpyPfS_f");
+    assert_eq!(sets.len(), 4, "one event per fill dispatch: {sets:?}");
+    let of = |c: u64| -> Vec<&Value> {
+        sets.iter()
+            .copied()
+            .filter(|e| args(e)["correlation"] == c)
+            .collect()
+    };
+    let one_sets = of(one);
+    assert_eq!(one_sets.len(), 1);
+    assert_eq!(args(one_sets[0])["bytes"], 4096);
+    let split_sets = of(split);
+    assert_eq!(split_sets.len(), 3);
+    let bytes: u64 = split_sets
+        .iter()
+        .map(|e| args(e)["bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(bytes, 1_000_003, "the call's bytes are counted once");
+    // Each links to its call and the span around the call, on the call's GPU and stream rows.
+    let calls = x(&trace, "cuda_runtime");
+    let call = |c: u64| {
+        calls
+            .iter()
+            .find(|e| args(e)["correlation"] == c)
+            .unwrap_or_else(|| panic!("no call {c}: {calls:?}"))
+    };
+    assert_eq!(call(one)["name"], "hipMemsetAsync");
+    for e in &sets {
+        assert!(args(e)["External id"].as_u64().is_some(), "{e}");
+        assert_eq!(
+            args(e)["External id"],
+            args(call(args(e)["correlation"].as_u64().unwrap()))["External id"]
+        );
+        // GPU 1 of the fake, like the kernel's.
+        assert_eq!(args(e)["device"], args(kernels[0])["device"]);
+    }
+    assert_ne!(args(one_sets[0])["stream"], args(split_sets[0])["stream"]);
+    assert_eq!(args(split_sets[0])["stream"], 0, "the null stream's row");
+    trace
+}
+
+#[test]
+fn memsets_become_gpu_memset() {
+    in_child(
+        "memsets_become_gpu_memset",
+        &[
+            ("ROCR_VISIBLE_DEVICES", "0,1"),
+            ("HIP_VISIBLE_DEVICES", "1"),
+            ("CUDA_VISIBLE_DEVICES", "1"),
+            ("GPU_DEVICE_ORDINAL", "1"),
+        ],
+        || {
+            let trace = memsets_scenario();
+            // Said in the trace: device numbers there are the SDK's GPU agents, not HIP's.
+            assert_eq!(
+                trace["rocm_visible_devices"],
+                "ROCR_VISIBLE_DEVICES=0,1 HIP_VISIBLE_DEVICES=1 CUDA_VISIBLE_DEVICES=1 GPU_DEVICE_ORDINAL=1"
+            );
+            assert_eq!(trace["rocm_queue_records"], "65536");
+        },
+    );
+}
+
+#[test]
+fn memsets_become_gpu_memset_abi_0x() {
+    in_child(
+        "memsets_become_gpu_memset_abi_0x",
+        &[("FAKE_ROCP_VERSION", "0.6.0")],
+        || {
+            memsets_scenario();
         },
     );
 }

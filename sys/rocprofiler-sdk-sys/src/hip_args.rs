@@ -8,7 +8,9 @@
 //! covers the one it reads ([`HipApiData::covers`]).
 //!
 //! Only the calls Kineto writes arguments for are defined: the kernel launches, the copies with a
-//! plain `(dst, src, sizeBytes, kind[, stream])` list, `hipMalloc` and `hipFree`.
+//! plain `(dst, src, sizeBytes, kind[, stream])` list, `hipMalloc` and `hipFree`; and the memsets
+//! (`(dst, value, count[, stream])`), whose size names the bytes of the ROCclr fill kernels they
+//! dispatch.
 
 use core::ffi::c_void;
 use core::mem::{offset_of, size_of};
@@ -139,6 +141,35 @@ pub struct FreeArgs {
     pub ptr: *mut c_void,
 }
 
+/// `args.hipMemset`, `args.hipMemsetD8`, `args.hipMemsetD16`, `args.hipMemsetD32`:
+/// `(dst, value, count)`; `count` is bytes for `hipMemset`/`D8`, elements of 2 or 4 bytes for
+/// `D16`/`D32`. The value is an `int`, `unsigned short` or `unsigned char`: each is padded to the
+/// `size_t` that follows, so `count` is at 16 in all four.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct MemsetArgs {
+    /// `void* dst` / `hipDeviceptr_t dest`.
+    pub dst: *mut c_void,
+    /// The value (only its low bytes are meaningful for `D8`/`D16`).
+    pub value: i32,
+    /// `size_t sizeBytes` / `size_t count`.
+    pub count: usize,
+}
+
+/// `args.hipMemsetAsync` and `args.hipMemsetD{8,16,32}Async`: `(dst, value, count, stream)`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct MemsetStreamArgs {
+    /// `void* dst` / `hipDeviceptr_t dest`.
+    pub dst: *mut c_void,
+    /// The value.
+    pub value: i32,
+    /// `size_t sizeBytes` / `size_t count`.
+    pub count: usize,
+    /// `hipStream_t`.
+    pub stream: *mut c_void,
+}
+
 // The offsets of `api_args.h` on x86-64 (each struct's members in parameter order, natural
 // alignment), and that every struct fits in the union of the measured payload.
 const _: () = {
@@ -169,5 +200,11 @@ const _: () = {
     assert!(offset_of!(MallocArgs, size) == 8);
     assert!(size_of::<MallocArgs>() == 16);
     assert!(size_of::<FreeArgs>() == 8);
+    assert!(offset_of!(MemsetArgs, value) == 8);
+    assert!(offset_of!(MemsetArgs, count) == 16);
+    assert!(size_of::<MemsetArgs>() == 24);
+    assert!(offset_of!(MemsetStreamArgs, count) == 16);
+    assert!(offset_of!(MemsetStreamArgs, stream) == 24);
+    assert!(size_of::<MemsetStreamArgs>() == 32);
     assert!(HIP_API_ARGS_OFFSET + size_of::<ModuleLaunchKernelArgs>() <= HIP_API_DATA_SIZE);
 };

@@ -332,6 +332,25 @@ pub static KEYS: &[Key] = &[
         apply: |l, v| path(v).map(|p| l.cupti_path = Some(p)),
     },
     Key {
+        env: Some("KINETRACE_ROCM_MAX_EVENTS"),
+        kineto: Some("ROCTRACER_MAX_EVENTS"),
+        form: FORM_POS_INT,
+        default: "65536",
+        doc: "Bound on the ROCm backend's queue of records between its callbacks and the \
+              collector (rounded up to a power of two, 96 bytes each, allocated when the backend \
+              starts; at most 16777216); records beyond it are dropped and counted in the trace.",
+        apply: |l, v| {
+            pos_u32(v).and_then(|n| {
+                if n > 1 << 24 {
+                    Err("is above 16777216 (1.5 GiB of queue)".into())
+                } else {
+                    l.rocm_max_events = Some(n);
+                    Ok(())
+                }
+            })
+        },
+    },
+    Key {
         env: Some("KINETRACE_ROCPROFILER_SDK_PATH"),
         kineto: None,
         form: FORM_PATH,

@@ -314,6 +314,9 @@ impl Config {
             if let Some(v) = layer.cupti_path {
                 c.cupti_path = Some(v);
             }
+            if let Some(v) = layer.rocm_max_events {
+                c.rocm_max_events = Some(v);
+            }
             if let Some(v) = layer.step_nvtx {
                 c.step_nvtx = Some(v);
             }

@@ -117,6 +117,9 @@ pub struct Config {
     pub signal: Option<CaptureLength>,
     /// Use this libcupti (read by the CUPTI backend itself).
     pub cupti_path: Option<PathBuf>,
+    /// Bound on the ROCm backend's queue of records between its callbacks and the collector
+    /// (`None`: the backend's default).
+    pub rocm_max_events: Option<u32>,
     /// The Kineto-style file that was read, if any.
     pub kineto_config: Option<PathBuf>,
     /// NVTX ranges whose message matches this glob mark steps (`KINETRACE_STEP_NVTX`).
@@ -167,6 +170,7 @@ impl Default for Config {
             control_dir: None,
             signal: None,
             cupti_path: None,
+            rocm_max_events: None,
             kineto_config: None,
             step_nvtx: None,
             torch: TorchCapture::default(),
@@ -231,7 +235,7 @@ impl Key {
 
 /// Kineto file keys kinetrace accepts and ignores (they tune Kineto internals or PyTorch client
 /// options kinetrace has no counterpart for).
-pub const KINETO_IGNORED: [(&str, &str); 6] = [
+pub const KINETO_IGNORED: [(&str, &str); 5] = [
     (
         "CUPTI_PER_THREAD_BUFFER_ENABLED",
         "kinetrace chooses CUPTI's buffer mode itself",
@@ -239,10 +243,6 @@ pub const KINETO_IGNORED: [(&str, &str); 6] = [
     (
         "ACTIVITIES_DISPLAY_CUDA_SYNC_WAIT_EVENTS",
         "sync records follow ACTIVITY_TYPES",
-    ),
-    (
-        "ROCTRACER_MAX_EVENTS",
-        "the ROCm backend's queue has its own fixed bound (65 536 records; drops are counted in the trace)",
     ),
     ("PROFILE_WITH_STACK", "kinetrace records no Python stacks"),
     ("PROFILE_WITH_FLOPS", "kinetrace records no FLOP estimates"),
@@ -310,6 +310,7 @@ struct Layer {
     control_dir: Option<PathBuf>,
     signal: Option<Option<CaptureLength>>,
     cupti_path: Option<PathBuf>,
+    rocm_max_events: Option<u32>,
     step_nvtx: Option<String>,
     torch_ops: Option<bool>,
     record_shapes: Option<bool>,

@@ -146,6 +146,8 @@ fn every_malformed_value_names_the_key_and_the_accepted_form() {
         ("KINETRACE_CUPTI_PATH", ""),
         ("KINETRACE_ROCPROFILER_SDK_PATH", ""),
         ("KINETRACE_ROCTRACER_PATH", ""),
+        ("KINETRACE_ROCM_MAX_EVENTS", "0"),
+        ("KINETRACE_ROCM_MAX_EVENTS", "16777217"),
         ("KINETRACE_OPTIMIZER_HOOK", "no"),
         ("KINETRACE_STEP_NVTX", "train\u{7}step"),
         ("KINETRACE_TORCH_OPS", "yes please"),
@@ -256,8 +258,10 @@ ACTIVITIES_MAX_GPU_BUFFER_SIZE_MB=32
 PROFILE_PROFILE_MEMORY=true
 CUPTI_PER_THREAD_BUFFER_ENABLED=true
 PROFILE_WITH_STACK=true
+ROCTRACER_MAX_EVENTS=1000000
 ";
     let c = with_file(&[], text).unwrap();
+    assert_eq!(c.rocm_max_events, Some(1_000_000));
     assert_eq!(
         c.window,
         Window::Time {
@@ -285,6 +289,9 @@ PROFILE_WITH_STACK=true
     assert_eq!(c.window, Window::Iterations { start: 0, count: 2 });
     assert_eq!(c.max_gpu_buffer_mb, 8);
     assert_eq!(c.output_dir, PathBuf::from("/x"));
+    assert_eq!(c.rocm_max_events, Some(1_000_000));
+    let c = with_file(&[("KINETRACE_ROCM_MAX_EVENTS", "4096")], text).unwrap();
+    assert_eq!(c.rocm_max_events, Some(4096));
     // Kineto's iteration keys.
     let c = with_file(&[], "PROFILE_START_ITERATION=5\nACTIVITIES_ITERATIONS=4\n").unwrap();
     assert_eq!(c.window, Window::Iterations { start: 5, count: 4 });

@@ -68,6 +68,12 @@ pub const MAX_HELD: usize = 4096;
 /// The name Kineto gives a dispatch whose kernel symbol was never registered.
 pub const UNKNOWN_KERNEL: &str = "<unknown kernel>";
 
+/// Whether a kernel symbol is one of the ROCclr blit kernels a memset dispatches
+/// (`__amd_rocclr_fillBufferAligned`, `…2D`, …; the SDK reports them with a `.kd` suffix).
+fn is_fill_kernel(symbol: &str) -> bool {
+    symbol.starts_with("__amd_rocclr_fillBuffer")
+}
+
 /// The direction of a copy operation, from the SDK's operation name.
 pub fn copy_direction(name: &str) -> MemcpyKind {
     match name {
@@ -130,7 +136,8 @@ pub struct Decoder {
     frees: FxMap<u32, bool>,
     devices: FxMap<u64, u32>,
     streams: FxMap<Stream, u32>,
-    kernels: FxMap<u64, NameId>,
+    /// Kernel id → (name, whether it is a ROCclr fill kernel).
+    kernels: FxMap<u64, (NameId, bool)>,
     /// Launched function → kernel name, learned from the dispatches of launches.
     functions: FxMap<u64, NameId>,
     /// Launch calls of functions whose kernel is not known yet, held until a dispatch of theirs
@@ -140,7 +147,10 @@ pub struct Decoder {
     released: Vec<Activity>,
     /// The last (stream, row) and (kernel id, name) looked up: records come in runs.
     last_stream: (Stream, u32),
-    last_kernel: (u64, NameId),
+    last_kernel: (u64, NameId, bool),
+    /// The call whose fill kernel was last mapped: a memset split into several fill dispatches
+    /// counts its bytes once.
+    last_fill: u64,
     unknown_kernel: NameId,
     keep_noise: bool,
 }
@@ -183,7 +193,8 @@ impl Decoder {
             held: Vec::new(),
             released: Vec::new(),
             last_stream: (Stream::Queue(u64::MAX), 0),
-            last_kernel: (u64::MAX, NameId(u32::MAX)),
+            last_kernel: (u64::MAX, NameId(u32::MAX), false),
+            last_fill: 0,
             unknown_kernel: intern(UNKNOWN_KERNEL),
             keep_noise,
         }
@@ -303,6 +314,8 @@ impl Decoder {
                 kind,
             },
             RawArgs::Malloc { ptr, size } => CallArgs::HipMalloc { ptr, size },
+            // Kineto writes no arguments for memsets.
+            RawArgs::Fill { .. } => CallArgs::Hip,
         }
     }
 
@@ -378,25 +391,25 @@ impl Decoder {
                 grid,
                 group_segment,
             } => {
-                let name = if self.last_kernel.0 == kernel_id {
-                    self.last_kernel.1
+                let (name, fill) = if self.last_kernel.0 == kernel_id {
+                    (self.last_kernel.1, self.last_kernel.2)
                 } else {
-                    let n = match self.kernels.get(&kernel_id) {
-                        Some(n) => *n,
+                    let (n, fill) = match self.kernels.get(&kernel_id) {
+                        Some(k) => *k,
                         // A name registered later is looked up again next time.
                         None => match kernel_name(kernel_id) {
                             Some(s) => {
-                                let n = intern(&s);
-                                self.kernels.insert(kernel_id, n);
-                                n
+                                let k = (intern(&s), is_fill_kernel(&s));
+                                self.kernels.insert(kernel_id, k);
+                                k
                             }
-                            None => self.unknown_kernel,
+                            None => (self.unknown_kernel, false),
                         },
                     };
                     if n != self.unknown_kernel {
-                        self.last_kernel = (kernel_id, n);
+                        self.last_kernel = (kernel_id, n, fill);
                     }
-                    n
+                    (n, fill)
                 };
                 // AQL grid sizes are in work-items; Kineto's grid is in work-groups.
                 let blocks = |g: u32, w: u32| if w == 0 { g } else { g.div_ceil(w) };
@@ -407,6 +420,30 @@ impl Decoder {
                     }
                 }
                 let stream = self.stream(info.stream.map_or(Stream::Queue(queue), Stream::Hip));
+                if fill {
+                    // A memset's work: Kineto's CUDA memset, with the bytes the call asked for
+                    // on the first of its fill dispatches (0 on the others, so sums are right;
+                    // 0 too when the call's arguments were not read).
+                    let bytes = if self.last_fill == correlation {
+                        0
+                    } else {
+                        info.bytes.unwrap_or(0)
+                    };
+                    self.last_fill = correlation;
+                    return Some(Activity {
+                        start: self.time(start),
+                        end: self.time(end),
+                        correlation: Some(correlation),
+                        external_id: (info.external != 0).then_some(info.external),
+                        detail: Detail::Memset(Memset {
+                            memory_kind: MemoryKind::Device,
+                            bytes,
+                            device: self.device(agent),
+                            context: None,
+                            stream,
+                        }),
+                    });
+                }
                 Activity {
                     start: self.time(start),
                     end: self.time(end),

@@ -41,6 +41,7 @@ fn kernel_maps_like_kineto() {
                     external: 42,
                     stream: Some(0),
                     function: Some(0x7e00),
+                    bytes: None,
                 })
             },
         )
@@ -122,6 +123,7 @@ fn kernel_maps_like_kineto() {
         external: 0,
         stream: Some(0x5555_0000),
         function: Some(0x7e00),
+        bytes: None,
     };
     let e = d.decode(&on_stream, |_| None, |_| Some(info)).unwrap();
     let Detail::Kernel(k) = e.detail else {
@@ -166,6 +168,7 @@ fn a_launch_waits_for_the_dispatch_that_names_its_kernel() {
         external: 0,
         stream: Some(0),
         function: Some(f),
+        bytes: None,
     };
     let k = d.decode(&dispatch, |_| Some("gemm".into()), |_| Some(info(0xf1)));
     assert!(k.is_some());

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use kinetrace_core::recorder;
 use kinetrace_rocprofiler_sdk_sys::hip_args::{
     ExtModuleLaunchKernelArgs, FreeArgs, HipApiData, LaunchKernelArgs, MallocArgs, MemcpyArgs,
-    MemcpyStreamArgs, ModuleLaunchKernelArgs, HIP_API_ARGS_OFFSET,
+    MemcpyStreamArgs, MemsetArgs, MemsetStreamArgs, ModuleLaunchKernelArgs, HIP_API_ARGS_OFFSET,
 };
 use kinetrace_rocprofiler_sdk_sys::{
     self as sys, v0, v1, BufferId, ContextId, KernelDispatchRecord, KernelSymbolRegisterData,
@@ -197,6 +197,30 @@ fn hip_args(tool: &Tool, operation: u32, payload: *const std::ffi::c_void, exit:
             ptr: a.ptr as u64,
             size: None,
         }),
+        ArgLayout::Memset | ArgLayout::MemsetD16 | ArgLayout::MemsetD32 => {
+            let elem = match layout {
+                ArgLayout::MemsetD16 => 2,
+                ArgLayout::MemsetD32 => 4,
+                _ => 1,
+            };
+            p.args::<MemsetArgs>().map(|a| RawArgs::Fill {
+                stream: None,
+                dst: a.dst as u64,
+                bytes: (a.count as u64).saturating_mul(elem),
+            })
+        }
+        ArgLayout::MemsetAsync | ArgLayout::MemsetD16Async | ArgLayout::MemsetD32Async => {
+            let elem = match layout {
+                ArgLayout::MemsetD16Async => 2,
+                ArgLayout::MemsetD32Async => 4,
+                _ => 1,
+            };
+            p.args::<MemsetStreamArgs>().map(|a| RawArgs::Fill {
+                stream: Some(a.stream as u64),
+                dst: a.dst as u64,
+                bytes: (a.count as u64).saturating_mul(elem),
+            })
+        }
     }
     .unwrap_or(RawArgs::None)
 }
@@ -232,6 +256,7 @@ fn api_phase(
                 external: recorder::current_external_id().unwrap_or(0),
                 stream: args.stream(),
                 function: args.function(),
+                bytes: args.fill_bytes(),
             },
         );
     } else if phase == sys::PHASE_EXIT {

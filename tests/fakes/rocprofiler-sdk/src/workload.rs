@@ -188,43 +188,94 @@ pub unsafe extern "C" fn fake_rocp_launch_kernel_on(
         stream: stream as *mut c_void,
     };
     hip_call("hipLaunchKernel", HipPayload::of(&args), |correlation| {
-        let start = boottime_ns() + 1_000;
-        let op = kind_number(&dispatch_ops(), "KERNEL_DISPATCH_COMPLETE") as u32;
-        let record = KernelDispatchRecord {
-            size: std::mem::size_of::<KernelDispatchRecord>() as u64,
-            kind: buffer_kind("KERNEL_DISPATCH") as u32,
-            operation: op,
-            correlation_id: AsyncCorrelationId {
-                internal: correlation,
-                external: UserData::default(),
+        emit_dispatch(
+            correlation,
+            tid,
+            kernel_id,
+            gpu,
+            queue,
+            grid_x,
+            block_x,
+            dur_ns,
+        );
+    })
+}
+
+/// One KERNEL_DISPATCH record of `kernel_id` for call `correlation`, starting 1 µs from now.
+#[allow(clippy::too_many_arguments)]
+fn emit_dispatch(
+    correlation: u64,
+    tid: u64,
+    kernel_id: u64,
+    gpu: u32,
+    queue: u64,
+    grid_x: u32,
+    block_x: u32,
+    dur_ns: u64,
+) {
+    let start = boottime_ns() + 1_000;
+    let op = kind_number(&dispatch_ops(), "KERNEL_DISPATCH_COMPLETE") as u32;
+    let record = KernelDispatchRecord {
+        size: std::mem::size_of::<KernelDispatchRecord>() as u64,
+        kind: buffer_kind("KERNEL_DISPATCH") as u32,
+        operation: op,
+        correlation_id: AsyncCorrelationId {
+            internal: correlation,
+            external: UserData::default(),
+        },
+        thread_id: tid,
+        start_timestamp: start,
+        end_timestamp: start + dur_ns,
+        dispatch_info: KernelDispatchInfo {
+            size: 72,
+            agent_id: gpu_agent(gpu),
+            queue_id: QueueId { handle: queue },
+            kernel_id,
+            dispatch_id: correlation,
+            private_segment_size: 0,
+            group_segment_size: 0,
+            workgroup_size: Dim3 {
+                x: block_x,
+                y: 1,
+                z: 1,
             },
-            thread_id: tid,
-            start_timestamp: start,
-            end_timestamp: start + dur_ns,
-            dispatch_info: KernelDispatchInfo {
-                size: 72,
-                agent_id: gpu_agent(gpu),
-                queue_id: QueueId { handle: queue },
-                kernel_id,
-                dispatch_id: correlation,
-                private_segment_size: 0,
-                group_segment_size: 0,
-                workgroup_size: Dim3 {
-                    x: block_x,
-                    y: 1,
-                    z: 1,
-                },
-                grid_size: Dim3 {
-                    x: grid_x,
-                    y: 1,
-                    z: 1,
-                },
-                reserved_padding: [0; 56],
+            grid_size: Dim3 {
+                x: grid_x,
+                y: 1,
+                z: 1,
             },
-        };
-        emit_async("KERNEL_DISPATCH", || {
-            words_of(&record, std::mem::size_of::<KernelDispatchRecord>())
-        });
+            reserved_padding: [0; 56],
+        },
+    };
+    emit_async("KERNEL_DISPATCH", || {
+        words_of(&record, std::mem::size_of::<KernelDispatchRecord>())
+    });
+}
+
+/// `hipMemsetAsync` of `bytes` on HIP stream `stream` of GPU `gpu`, carried out as ROCclr does:
+/// `dispatches` dispatches of the fill kernel `kernel_id` (load it first with a
+/// `__amd_rocclr_fillBuffer…` name), each running `dur_ns`. Returns the correlation id.
+#[no_mangle]
+pub unsafe extern "C" fn fake_rocp_memset(
+    kernel_id: u64,
+    bytes: u64,
+    gpu: u32,
+    queue: u64,
+    stream: u64,
+    dispatches: u32,
+    dur_ns: u64,
+) -> u64 {
+    let tid = gettid();
+    let args = sys::hip_args::MemsetStreamArgs {
+        dst: 0x7fda_0e82_0000 as *mut c_void,
+        value: 0,
+        count: bytes as usize,
+        stream: stream as *mut c_void,
+    };
+    hip_call("hipMemsetAsync", HipPayload::of(&args), |correlation| {
+        for _ in 0..dispatches {
+            emit_dispatch(correlation, tid, kernel_id, gpu, queue, 256, 256, dur_ns);
+        }
     })
 }
 
