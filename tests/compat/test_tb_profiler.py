@@ -138,3 +138,48 @@ def test_demo_parses(demo_runs):
         assert any(n.startswith("ampere_sgemm") for n in names), (span, names)
         assert profile.kernel_table["data"]["rows"], span
         assert len(profile.overview["steps"]["rows"]) == len(data.steps_names), span
+
+
+# A ROCm trace written through the real ROCm backend from the fake rocprofiler-sdk (SDK 1.1
+# layouts): `crates/rocm/examples/rocm_fixture.rs`, four ProfilerSteps, each with a 50 µs
+# `_Z4gemmPKfS0_Pf`, a 30 µs `_Z4axpyPfS_f` and a 3 µs 1 MiB host-to-device copy on GPU 0.
+GEMM = "_Z4gemmPKfS0_Pf"
+AXPY = "_Z4axpyPfS_f"
+
+
+@pytest.fixture(scope="module")
+def rocm_runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rocm_fixture")
+    binary = os.environ.get("KINETRACE_ROCM_FIXTURE")
+    if binary:
+        cmd = [binary, str(out)]
+    else:
+        cmd = [
+            "cargo", "run", "--quiet", "--release", "-p", "kinetrace-rocm",
+            "--example", "rocm_fixture", "--", str(out),
+        ]
+    subprocess.run(cmd, cwd=ROOT, check=True, timeout=BUILD_TIMEOUT)
+    return load(out, tmp_path_factory.mktemp("tb_cache"))
+
+
+def test_rocm_trace_parses_with_steps_kernels_and_copies(rocm_runs):
+    [(worker, spans)] = list(rocm_runs.items())
+    [(_, data, profile)] = spans
+    assert {"1", "2", "3", "4"} <= set(data.steps_names), data.steps_names
+    assert data.has_kernel and data.has_memcpy_or_memset
+    assert data.used_devices == [0]
+    # The SDK's GPU agents as deviceProperties (the fake has two GPUs).
+    assert len(data.device_props) == 2, data.device_props
+    kernels = {k.name: (k.calls, k.total_duration) for k in data.kernel_list_groupby_name_op}
+    # Every step's kernels, with the constructed durations (µs; tb-profiler keeps all four steps).
+    assert kernels == {GEMM: (4, 200), AXPY: (4, 120)}, kernels
+    rows = {row[0]: row for row in profile.kernel_table["data"]["rows"]}
+    assert rows[GEMM][2:] == [4, 200, 50, 50, 50], rows[GEMM]
+    # The fake stamps real times (each GPU record starts 1 µs after its call), so kernels of one
+    # step may overlap and tb-profiler counts their union: only bounds are exact per step.
+    costs = dict(zip(data.steps_names, data.steps_costs))
+    for step in ("1", "2", "3", "4"):
+        c = costs[step].costs
+        assert 50 <= c[ProfileRole.Kernel] <= 80, (step, c)
+        assert c[ProfileRole.Memcpy] <= 3, (step, c)  # under a kernel, it counts as kernel time
+        assert c[ProfileRole.Memset] == 0, (step, c)
