@@ -24,7 +24,7 @@ use crate::record::Raw;
 use crate::source::RocmConfig;
 
 /// HIP API ids asked for names (`HIP_API_ID_LAST` is 446 in the newest HIP).
-const HIP_API_IDS: u32 = 2048;
+pub(crate) const HIP_API_IDS: u32 = 2048;
 
 /// What was loaded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -194,6 +194,12 @@ static ORIGIN: std::sync::OnceLock<Origin> = std::sync::OnceLock::new();
 impl TracerLive {
     pub(crate) fn enable(&mut self) -> Result<(), SdkError> {
         if !self.active {
+            // The arguments of launches and copies are read once HIP can name its ids (else from
+            // the first record on, see `decoder`).
+            if !self.tracer.has_arg_layouts() {
+                self.tracer
+                    .set_arg_layouts(&ffi::hip_api_names(self.tracer, HIP_API_IDS));
+            }
             ffi::enable(self.tracer, &self.noise)?;
             self.active = true;
         }
@@ -217,6 +223,7 @@ impl TracerLive {
         let noise = &mut self.noise;
         self.decoder.get_or_insert_with(|| {
             let names = ffi::hip_api_names(t, HIP_API_IDS);
+            t.set_arg_layouts(&names);
             if !keep_noise {
                 *noise = names
                     .iter()
@@ -236,9 +243,10 @@ impl TracerLive {
             let Some(raw) = Raw::from_words(&words) else {
                 continue;
             };
-            let a = self
-                .decoder()
-                .decode(&raw, |_| None, |c| t.external.call(c));
+            let d = self.decoder();
+            let a = d.decode(&raw, |_| None, |c| t.external.call(c));
+            // Launch calls this dispatch named come before it.
+            d.take_released(false, emit);
             if let Some(a) = a {
                 emit(&a);
             }
@@ -248,6 +256,10 @@ impl TracerLive {
     pub(crate) fn flush(&mut self, emit: &mut dyn FnMut(&Activity)) -> Result<(), SdkError> {
         let r = ffi::flush(self.tracer);
         self.drain(emit);
+        // The window ends: launch calls no dispatch named go without their kernel's name.
+        if let Some(d) = &mut self.decoder {
+            d.take_released(true, emit);
+        }
         r
     }
 

@@ -188,6 +188,36 @@ fn check_roctracer_trace(trace: &Value) {
     assert_eq!(args(copies[0])["bytes"], 2560);
     assert_eq!(args(copies[0])["kind"], "HtoD");
     assert_eq!(args(kernels[0])["kind"], "Dispatch Kernel");
+    // The calls' arguments, as in Kineto's roctracer trace (`hip_prof_str.h` layouts read in the
+    // callback): the launch's kernel (learned from its dispatch), grid, block, LDS and stream; the
+    // copy's addresses, size, kind and stream.
+    let call_of = |g: &Value| -> Value {
+        let corr = args(g)["correlation"].as_u64().unwrap();
+        x(trace, "cuda_runtime")
+            .into_iter()
+            .find(|r| args(r)["correlation"].as_u64() == Some(corr))
+            .unwrap_or_else(|| panic!("no call for {g}"))
+            .clone()
+    };
+    for (k, stream) in kernels.iter().zip([0u64, 0x5a5a_0001]) {
+        let call = call_of(k);
+        let a = args(&call);
+        assert_eq!(a["kernel"], k["name"], "{call}");
+        assert_eq!(a["grid"], serde_json::json!([16, 1, 1]), "{call}");
+        assert_eq!(a["block"], serde_json::json!([256, 1, 1]), "{call}");
+        assert_eq!(a["shared memory"], 0, "{call}");
+        assert_eq!(a["stream"], format!("{stream:#x}"), "{call}");
+    }
+    let copy_call = call_of(copies[0]);
+    let a = args(&copy_call);
+    // Kineto writes these as strings.
+    assert_eq!(
+        (a["size"].as_str(), a["kind"].as_str()),
+        (Some("2560"), Some("1")),
+        "{copy_call}"
+    );
+    assert_eq!(a["stream"], "0x0", "{copy_call}");
+    assert_eq!(a["src"], "0x55674ecd4180", "{copy_call}");
     let sets = x(trace, "gpu_memset");
     assert_eq!(sets.len(), 1, "a FILL_BUFFER is a memset");
     assert_eq!(args(sets[0])["bytes"], 4096);

@@ -17,6 +17,7 @@ Used by `kinetrace-rocm`'s roctracer fallback (see `docs/rocm-support.md`).
 use core::ffi::{c_char, c_void};
 use core::mem::{offset_of, size_of};
 
+pub mod hip_args;
 mod table;
 
 pub use table::{LoadError, Roctracer, OPTIONAL_SYMBOLS, REQUIRED_SYMBOLS};

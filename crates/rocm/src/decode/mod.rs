@@ -534,6 +534,10 @@ impl Decoder {
                 let info = call(correlation).unwrap_or_default();
                 let device = device.max(0) as u32;
                 let stream = queue.min(u64::from(u32::MAX)) as u32;
+                if let (ROCTRACER_DISPATCH, Some(f)) = (op, info.function) {
+                    // The launch's `kernel` argument, as from the SDK's dispatches.
+                    self.learn(f, NameId(value as u32));
+                }
                 let detail = match op {
                     ROCTRACER_DISPATCH => Detail::Kernel(Kernel {
                         name: NameId(value as u32),

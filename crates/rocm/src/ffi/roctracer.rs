@@ -22,7 +22,9 @@ use kinetrace_roctracer_sys::{self as rt, LoadError, Properties, Record, Roctrac
 use super::calls::SdkError;
 use crate::external::{CallInfo, ExternalIds};
 use crate::queue::Queue;
-use crate::record::{Raw, RawArgs};
+use crate::record::{ArgLayout, Raw, RawArgs};
+use crate::roctracer::HIP_API_IDS;
+use std::sync::atomic::AtomicU8;
 
 /// The process-wide tracer.
 pub(crate) struct Tracer {
@@ -34,6 +36,100 @@ pub(crate) struct Tracer {
     pub pool: AtomicUsize,
     /// Records of a domain or operation kinetrace does not read (barriers...).
     pub skipped: AtomicU64,
+    /// HIP API id → the [`ArgLayout`] of its arguments (0: none read), set once the names are
+    /// known (HIP must be running to name its ids).
+    pub arg_layouts: Box<[AtomicU8]>,
+}
+
+impl Tracer {
+    /// Which calls' arguments the callback reads, from the HIP API names: the launches and plain
+    /// copies (what Kineto's roctracer path writes; the other layouts are rocprofiler-sdk's).
+    pub(crate) fn set_arg_layouts(&self, names: &[(i32, String)]) {
+        for (op, name) in names {
+            let layout = ArgLayout::of_name(name).filter(|l| {
+                matches!(
+                    l,
+                    ArgLayout::LaunchKernel
+                        | ArgLayout::ModuleLaunchKernel
+                        | ArgLayout::ExtModuleLaunchKernel
+                        | ArgLayout::Memcpy
+                        | ArgLayout::MemcpyStream
+                )
+            });
+            if let (Some(slot), Some(l)) = (self.arg_layouts.get(*op as usize), layout) {
+                slot.store(l as u8, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether [`Tracer::set_arg_layouts`] has found any call to read.
+    pub(crate) fn has_arg_layouts(&self) -> bool {
+        self.arg_layouts
+            .iter()
+            .any(|l| l.load(Ordering::Relaxed) != 0)
+    }
+}
+
+/// What the trace shows of the arguments of HIP call `cid`, from its `hip_api_data_t`.
+fn hip_args(t: &Tracer, cid: u32, data: *const c_void) -> RawArgs {
+    use rt::hip_args::{LaunchKernelArgs, MemcpyArgs, MemcpyStreamArgs, ModuleLaunchKernelPrefix};
+    let layout = t
+        .arg_layouts
+        .get(cid as usize)
+        .and_then(|l| ArgLayout::from_u8(l.load(Ordering::Relaxed)));
+    let Some(layout) = layout else {
+        return RawArgs::None;
+    };
+    // SAFETY: `data` is roctracer's `hip_api_data_t` of call `cid`, valid during the callback;
+    // its args union starts at the offset asserted in the sys crate.
+    let p = unsafe { (data as *const u8).add(rt::HIP_API_DATA_ARGS_OFFSET) };
+    // SAFETY: the union is larger than any struct read here (each the one the call's name
+    // picked), read unaligned.
+    unsafe {
+        match layout {
+            ArgLayout::LaunchKernel => {
+                let a = std::ptr::read_unaligned(p as *const LaunchKernelArgs);
+                RawArgs::Launch {
+                    function: a.function_address as u64,
+                    stream: a.stream as u64,
+                    grid: a.num_blocks,
+                    block: a.dim_blocks,
+                    shared: a.shared_mem_bytes as u32,
+                }
+            }
+            ArgLayout::ModuleLaunchKernel | ArgLayout::ExtModuleLaunchKernel => {
+                let a = std::ptr::read_unaligned(p as *const ModuleLaunchKernelPrefix);
+                RawArgs::Launch {
+                    function: a.function as u64,
+                    stream: a.stream as u64,
+                    grid: a.grid,
+                    block: a.block,
+                    shared: a.shared_mem_bytes,
+                }
+            }
+            ArgLayout::Memcpy => {
+                let a = std::ptr::read_unaligned(p as *const MemcpyArgs);
+                RawArgs::Copy {
+                    stream: None,
+                    src: a.src as u64,
+                    dst: a.dst as u64,
+                    size: a.size_bytes as u64,
+                    kind: a.kind as u32,
+                }
+            }
+            ArgLayout::MemcpyStream => {
+                let a = std::ptr::read_unaligned(p as *const MemcpyStreamArgs);
+                RawArgs::Copy {
+                    stream: Some(a.stream as u64),
+                    src: a.src as u64,
+                    dst: a.dst as u64,
+                    size: a.size_bytes as u64,
+                    kind: a.kind as u32,
+                }
+            }
+            _ => RawArgs::None,
+        }
+    }
 }
 
 static TRACER: OnceLock<Tracer> = OnceLock::new();
@@ -62,6 +158,7 @@ pub(crate) fn install(rt: Roctracer, queue_records: usize) -> &'static Tracer {
             external: ExternalIds::new(),
             pool: AtomicUsize::new(0),
             skipped: AtomicU64::new(0),
+            arg_layouts: (0..HIP_API_IDS).map(|_| AtomicU8::new(0)).collect(),
         }
     })
 }
@@ -210,11 +307,14 @@ unsafe extern "C" fn api_callback(domain: u32, cid: u32, data: *const c_void, _a
         let d = unsafe { *(data as *const rt::HipApiDataPrefix) };
         let ns = now(t);
         if d.phase == rt::PHASE_ENTER {
+            let args = hip_args(t, cid, data);
             t.external.set_call(
                 d.correlation_id,
                 CallInfo {
                     external: recorder::current_external_id().unwrap_or(0),
-                    ..CallInfo::default()
+                    stream: args.stream(),
+                    function: args.function(),
+                    bytes: None,
                 },
             );
             let _ = OPEN.try_with(|o| {
@@ -258,7 +358,7 @@ unsafe extern "C" fn api_callback(domain: u32, cid: u32, data: *const c_void, _a
                 start,
                 end: ns.max(start),
                 external: recorder::current_external_id().unwrap_or(0),
-                args: RawArgs::None,
+                args: hip_args(t, cid, data),
             };
             t.queue.push(&raw.to_words());
         }

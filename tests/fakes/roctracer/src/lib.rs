@@ -481,15 +481,22 @@ fn emit_op(op: u32, kind: u32, correlation: u64, device: i32, queue: u64, dur_ns
 
 /// One HIP call on the calling thread: ENTER, its GPU work, EXIT. Returns its correlation id.
 fn hip_call(id: u32, work: impl FnOnce(u64)) -> u64 {
+    hip_call_with(id, &[], work)
+}
+
+/// [`hip_call`] whose `hip_api_data_t.args` starts with `args` (the words of the call's argument
+/// struct in `hip_prof_str.h`'s layout).
+fn hip_call_with(id: u32, args: &[u64], work: impl FnOnce(u64)) -> u64 {
     let correlation = NEXT_CORRELATION.fetch_add(1, Ordering::Relaxed);
     let api = {
         let s = state();
         s.api
             .filter(|_| !s.stopped && !s.disabled_ops.contains(&id))
     };
-    // `hip_api_data_t`: correlation_id @0, phase @8, the args union from @16 (zeros here).
+    // `hip_api_data_t`: correlation_id @0, phase @8, the args union from @16.
     let mut data = [0u64; 16];
     data[0] = correlation;
+    data[2..2 + args.len().min(14)].copy_from_slice(&args[..args.len().min(14)]);
     let mut call = |phase: u32| {
         if let Some((cb, arg)) = api {
             data[1] = u64::from(phase);
@@ -518,6 +525,24 @@ fn id_of(name: &str) -> u32 {
         .map_or(9_999, |(id, _)| *id)
 }
 
+/// The host address of a kernel's function (what `hipLaunchKernel` receives): one per name.
+pub fn function_address(name: &[u8]) -> u64 {
+    // FNV-1a: distinct, stable addresses for the few names a test uses.
+    let h = name.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    0x7e00_0000_0000 | (h & 0xffff_fff0)
+}
+
+/// The `hipStream_t` whose HSA queue is `queue` (queue 0: the null stream).
+pub fn stream_of(queue: u64) -> u64 {
+    if queue == 0 {
+        0
+    } else {
+        0x5a5a_0000 + queue
+    }
+}
+
 // ---- the test's side ---------------------------------------------------------------------------
 
 /// `hipLaunchKernel` of kernel `name` (mangled, NUL-terminated) on the device with KFD node id
@@ -535,7 +560,20 @@ pub unsafe extern "C" fn fake_roct_launch_kernel(
         // SAFETY: the test passes a NUL-terminated string.
         unsafe { CStr::from_ptr(name) }.to_bytes()
     };
-    hip_call(id_of("hipLaunchKernel"), |corr| {
+    // `args.hipLaunchKernel` (with `args__val`): the function's host address (from its name),
+    // 16 blocks of 256, no dynamic LDS, the stream of `queue` (0: the null stream).
+    let pair = |lo: u32, hi: u32| u64::from(lo) | u64::from(hi) << 32;
+    let args = [
+        function_address(name),
+        pair(16, 1),
+        pair(1, 256),
+        pair(1, 1),
+        0x7ffc_0000_0100,
+        0,
+        0,
+        stream_of(queue),
+    ];
+    hip_call_with(id_of("hipLaunchKernel"), &args, |corr| {
         emit_op(
             sys::HIP_OP_DISPATCH,
             0x11F0,
@@ -552,7 +590,16 @@ pub unsafe extern "C" fn fake_roct_launch_kernel(
 /// DtoD). Returns the correlation id.
 #[no_mangle]
 pub extern "C" fn fake_roct_memcpy(bytes: u64, kind: u32, device: i32, queue: u64) -> u64 {
-    hip_call(id_of("hipMemcpyAsync"), |corr| {
+    // `args.hipMemcpyAsync`: dst, src, sizeBytes, hipMemcpyKind (HtoH 0, HtoD 1, DtoH 2, DtoD
+    // 3), stream.
+    let (host, dev) = (0x5567_4ecd_4180u64, 0x7fda_0e81_0200u64);
+    let (src, dst, hip_kind) = match kind {
+        0x11F3 => (dev, host, 2),
+        0x11F4 => (host, dev, 1),
+        _ => (dev, dev + 0x1000, 3),
+    };
+    let args = [dst, src, bytes, hip_kind, stream_of(queue)];
+    hip_call_with(id_of("hipMemcpyAsync"), &args, |corr| {
         emit_op(
             sys::HIP_OP_COPY,
             kind,
