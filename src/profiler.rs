@@ -140,6 +140,11 @@ impl Profiler {
         true
     }
 
+    /// Whether the GPU backend has been added (at the start, or by [`add_gpu`](Self::add_gpu)).
+    pub fn has_gpu(&self) -> bool {
+        self.gpu_added.load(Ordering::Relaxed)
+    }
+
     /// Steps aside for another profiler (one that took over the GPU tracing library): a capture in
     /// progress ends now and is saved, nothing is recorded afterwards, and the reason shows in
     /// [`status`](Self::status).

@@ -73,6 +73,9 @@ pub(crate) struct Process {
     pub nvtx_seen: AtomicBool,
     /// Test hook `_KINETRACE_TEST_PANIC=step`: panic once, at the next step.
     pub test_panic_at_step: AtomicBool,
+    /// The HIP probe of a running profiler without its GPU backend: (steps until the next look at
+    /// `/proc/self/maps`, the gap after it), doubling up to 4096 steps (see [`probe_hip`]).
+    pub hip_probe: Mutex<(u32, u32)>,
     pub embedding: Embedding,
 }
 
@@ -87,6 +90,7 @@ pub(crate) static PROCESS: Process = Process {
     nvtx: OnceLock::new(),
     nvtx_seen: AtomicBool::new(false),
     test_panic_at_step: AtomicBool::new(false),
+    hip_probe: Mutex::new((0, 1)),
     embedding: Embedding {
         self_path: OnceLock::new(),
         peer_uid: OnceLock::new(),
@@ -152,6 +156,7 @@ pub(crate) fn step_now() -> Install {
         }
         Phase::Running => {
             if let Some(r) = running() {
+                probe_hip(r);
                 r.profiler.step();
             }
             if PROCESS.test_panic_at_step.load(Ordering::Relaxed)
@@ -171,6 +176,33 @@ pub(crate) fn step_now() -> Install {
         }
     }
     install
+}
+
+/// A HIP job on a node where nothing tells kinetrace that HIP started (no rocprofiler-sdk to call
+/// the shim's `rocprofiler_configure`: roctracer-only ROCm releases, or an SDK that was set up
+/// before the shim was loaded): once HIP's library is mapped, the next step adds the GPU backend,
+/// which then records through roctracer. Looks at `/proc/self/maps` at the 1st, 2nd, 4th, 8th ...
+/// step (at most every 4096 steps) while the profiler has no GPU backend, so a CPU-only job pays
+/// almost nothing.
+fn probe_hip(r: &Running) {
+    if r.profiler.has_gpu() {
+        return;
+    }
+    {
+        let Ok(mut p) = PROCESS.hip_probe.try_lock() else {
+            return;
+        };
+        if p.0 > 0 {
+            p.0 -= 1;
+            return;
+        }
+        *p = (p.1, (p.1 * 2).min(4096));
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    if crate::start::hip_mapped(&maps) {
+        let _guard = PROCESS.start_lock.lock().unwrap_or_else(|e| e.into_inner());
+        r.profiler.add_gpu();
+    }
 }
 
 /// What NVTX ranges do in this process, read from the configuration when the first NVTX instance

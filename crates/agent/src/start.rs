@@ -145,7 +145,13 @@ pub(crate) fn start(with_cuda: bool) -> Result<Option<Running>, StartError> {
     }
     if !with_cuda {
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-        log(no_cuda_message(&maps));
+        if hip_mapped(&maps) {
+            // HIP is here: its backend says in one line what it records through (see
+            // `process::probe_hip`).
+            profiler.add_gpu();
+        } else {
+            log(no_cuda_message(&maps));
+        }
     }
     if let Some(r) = request {
         if let Err(e) = profiler.request_capture(r) {
@@ -191,6 +197,12 @@ pub fn no_cuda_message(maps: &str) -> &'static str {
     }
 }
 
+/// Whether HIP's runtime (`libamdhip64`) is mapped into this process (per `/proc/self/maps`
+/// text).
+pub(crate) fn hip_mapped(maps: &str) -> bool {
+    mapped_files(maps).any(|f| file_name_starts(f, "libamdhip64.so"))
+}
+
 /// The libcupti files mapped into this process (per `/proc/self/maps` text).
 pub fn loaded_cupti_paths(maps: &str) -> Vec<PathBuf> {
     mapped_files(maps)
@@ -226,6 +238,10 @@ mod tests {
             "{cpu}7f0000004000-7f0000005000 r-xp 00000000 08:01 44 /usr/lib/x86_64-linux-gnu/libcuda.so.580.65.06\n"
         );
         assert!(no_cuda_message(&gpu).starts_with("profiling started at a step before CUDA"));
+        assert!(!hip_mapped(&gpu));
+        assert!(hip_mapped(&format!(
+            "{cpu}7f0000006000-7f0000007000 r-xp 00000000 08:01 45 /opt/rocm-6.2.2/lib/libamdhip64.so.6.2.60202\n"
+        )));
         assert_eq!(
             loaded_cupti_paths(cpu),
             vec![PathBuf::from("/opt/nvidia/cu13/lib/libcupti.so.13")]

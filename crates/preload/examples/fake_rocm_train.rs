@@ -9,6 +9,11 @@
 //! fake_rocm_train STEPS
 //! ```
 //! Prints `fake_rocm_train: done STEPS steps, T tools` (T: tools the SDK registered).
+//!
+//! With `FAKE_ROCT_LIB` (the fake roctracer) instead, it is a job on a node without
+//! rocprofiler-sdk: it loads `FAKE_HIP_LIB` (a stand-in mapped as `libamdhip64.so.*`) and launches
+//! through the fake roctracer's HIP calls; nothing tells kinetrace that HIP started. Prints
+//! `fake_rocm_train: done STEPS steps on roctracer`.
 
 use std::ffi::{c_char, c_void, CString};
 
@@ -17,6 +22,9 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
+    if let Some(roct) = std::env::var_os("FAKE_ROCT_LIB") {
+        return on_roctracer(steps, &roct);
+    }
     let path = std::env::var_os("FAKE_ROCP_LIB").expect("FAKE_ROCP_LIB names the fake SDK");
     // SAFETY: (test program) the fake SDK's initialisers do nothing.
     let sdk = unsafe { libloading::Library::new(&path) }.expect("the fake SDK loads");
@@ -40,19 +48,58 @@ fn main() {
             unsafe { load(step * 2 + k + 1, name.as_ptr()) };
         }
     }
-    // SAFETY: (test program) looking up an optional symbol in the global scope.
-    let step_sym = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"kinetrace_step".as_ptr()) };
     for step in 0..steps {
         for k in 0..2 {
             // SAFETY: (test program) plain values.
             unsafe { launch(step * 2 + k + 1, 0, 0xa000, 4096, 256, 1_000) };
         }
-        if !step_sym.is_null() {
-            // SAFETY: (test program) `void kinetrace_step(void)`.
-            let f: unsafe extern "C" fn() = unsafe { std::mem::transmute(step_sym) };
-            // SAFETY: (test program) as above.
-            unsafe { f() };
-        }
+        kinetrace_step();
     }
     println!("fake_rocm_train: done {steps} steps, {tools} tools");
+}
+
+/// Calls `kinetrace_step` if the process has one in its global scope.
+fn kinetrace_step() {
+    // SAFETY: (test program) looking up an optional symbol in the global scope.
+    let step_sym = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"kinetrace_step".as_ptr()) };
+    if !step_sym.is_null() {
+        // SAFETY: (test program) `void kinetrace_step(void)`.
+        let f: unsafe extern "C" fn() = unsafe { std::mem::transmute(step_sym) };
+        // SAFETY: (test program) as above.
+        unsafe { f() };
+    }
+}
+
+/// The job on a roctracer-only node (see the module docs).
+/// `FAKE_HIP_AFTER=N`: HIP is loaded only at step N (the steps before launch nothing).
+fn on_roctracer(steps: u64, roct: &std::ffi::OsStr) {
+    let hip = std::env::var_os("FAKE_HIP_LIB").expect("FAKE_HIP_LIB names the HIP stand-in");
+    let after: u64 = std::env::var("FAKE_HIP_AFTER")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    type Launch = unsafe extern "C" fn(*const c_char, i32, u64, u64) -> u64;
+    let mut libs = None;
+    for step in 0..steps {
+        if step < after {
+            kinetrace_step();
+            continue;
+        }
+        let (_, rt) = libs.get_or_insert_with(|| {
+            // SAFETY: (test program) the stand-ins' initialisers do nothing.
+            let h = unsafe { libloading::Library::new(&hip) }.expect("the HIP stand-in loads");
+            // SAFETY: (test program) as above.
+            let r = unsafe { libloading::Library::new(roct) }.expect("the fake roctracer loads");
+            (h, r)
+        });
+        // SAFETY: (test program) the fake's entry point with its signature.
+        let launch = unsafe { *rt.get::<Launch>(b"fake_roct_launch_kernel\0").unwrap() };
+        for k in 0..2 {
+            let name = CString::new(format!("step{step}_kernel{k}")).unwrap();
+            // SAFETY: (test program) a NUL-terminated name the fake copies during the call.
+            unsafe { launch(name.as_ptr(), 1, 0, 1_000) };
+        }
+        kinetrace_step();
+    }
+    println!("fake_rocm_train: done {steps} steps on roctracer");
 }

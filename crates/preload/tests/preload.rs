@@ -1227,6 +1227,100 @@ fn the_session_default_log_survives_a_broken_stderr() {
 /// `rocprofiler_configure` and registers kinetrace beside any other tool; the requested steps are
 /// recorded through rocprofiler-sdk (the fake, loaded by the job under the real SONAME).
 #[test]
+fn a_hip_job_without_rocprofiler_sdk_is_profiled_through_roctracer() {
+    // A node with HIP and roctracer 4.1 but no rocprofiler-sdk: nothing calls the shim when HIP
+    // starts, so the first step that sees libamdhip64 mapped adds the GPU backend, which falls
+    // back to roctracer (found next to libamdhip64).
+    let w = World::new();
+    let rocm = w.tmp.path().join("rocm");
+    let none = w.tmp.path().join("no-cuda");
+    std::fs::create_dir(&rocm).unwrap();
+    std::fs::create_dir(&none).unwrap();
+    let roct = rocm.join("libroctracer64.so.4");
+    std::fs::copy(kinetrace_test_support::fake::fake_roctracer(), &roct).unwrap();
+    // Any library will do as HIP's: only its mapped name is looked at.
+    let hip = rocm.join("libamdhip64.so.6");
+    std::fs::copy(kinetrace_test_support::fake::fake_roctracer(), &hip).unwrap();
+    let job = profile_dir().join("examples/fake_rocm_train");
+    let mut c = w.preloaded(&job, &["6"]);
+    c.env_remove("KINETRACE_CUPTI_PATH")
+        .env_remove("ROCM_PATH")
+        .env("LD_LIBRARY_PATH", &none)
+        .env("CUDA_HOME", &none)
+        .env(
+            "KINETRACE_ROCPROFILER_SDK_PATH",
+            none.join("librocprofiler-sdk.so.1"),
+        )
+        .env("FAKE_ROCT_LIB", &roct)
+        .env("FAKE_HIP_LIB", &hip)
+        .env("KINETRACE_ITERATIONS", "3")
+        .env("KINETRACE_START_ITERATION", "2");
+    let (out, err, code) = outcome(c);
+    assert_eq!(
+        (out.as_str(), err.as_str(), code),
+        ("fake_rocm_train: done 6 steps on roctracer\n", "", Some(0)),
+        "log:\n{}",
+        w.log_text()
+    );
+    let t = only_trace(&w);
+    assert_eq!(t.kernel_steps(), vec![2, 3, 4], "log:\n{}", w.log_text());
+    assert_eq!(t.kernels(), 6);
+    t.assert_correlated();
+    assert_eq!(t.meta("rocm_backend"), Some("roctracer"));
+    let log = w.log_text();
+    assert_eq!(
+        log.lines().count(),
+        1,
+        "one line says how the GPU is recorded:\n{log}"
+    );
+    assert!(log.contains("recording through roctracer 4.1"), "{log}");
+}
+
+#[test]
+fn hip_loaded_after_profiling_started_is_found_at_a_later_step() {
+    // Profiling starts at the first step, before the job loads HIP (CPU activity only, one line);
+    // a later step sees libamdhip64 mapped and adds the GPU backend before the window opens.
+    let w = World::new();
+    let rocm = w.tmp.path().join("rocm");
+    let none = w.tmp.path().join("no-cuda");
+    std::fs::create_dir(&rocm).unwrap();
+    std::fs::create_dir(&none).unwrap();
+    let roct = rocm.join("libroctracer64.so.4");
+    std::fs::copy(kinetrace_test_support::fake::fake_roctracer(), &roct).unwrap();
+    let hip = rocm.join("libamdhip64.so.6");
+    std::fs::copy(kinetrace_test_support::fake::fake_roctracer(), &hip).unwrap();
+    let job = profile_dir().join("examples/fake_rocm_train");
+    let mut c = w.preloaded(&job, &["6"]);
+    c.env_remove("KINETRACE_CUPTI_PATH")
+        .env_remove("ROCM_PATH")
+        .env("LD_LIBRARY_PATH", &none)
+        .env("CUDA_HOME", &none)
+        .env(
+            "KINETRACE_ROCPROFILER_SDK_PATH",
+            none.join("librocprofiler-sdk.so.1"),
+        )
+        .env("FAKE_ROCT_LIB", &roct)
+        .env("FAKE_HIP_LIB", &hip)
+        .env("FAKE_HIP_AFTER", "1")
+        .env("KINETRACE_ITERATIONS", "3")
+        .env("KINETRACE_START_ITERATION", "2");
+    let (out, err, code) = outcome(c);
+    assert_eq!(
+        (out.as_str(), err.as_str(), code),
+        ("fake_rocm_train: done 6 steps on roctracer\n", "", Some(0)),
+        "log:\n{}",
+        w.log_text()
+    );
+    let t = only_trace(&w);
+    assert_eq!(t.kernel_steps(), vec![2, 3, 4], "log:\n{}", w.log_text());
+    assert_eq!(t.kernels(), 6);
+    assert_eq!(t.meta("rocm_backend"), Some("roctracer"));
+    let log = w.log_text();
+    assert!(log.contains("no CUDA driver in this process"), "{log}");
+    assert!(log.contains("recording through roctracer 4.1"), "{log}");
+}
+
+#[test]
 fn a_hip_job_is_profiled_through_rocprofiler_sdk() {
     let w = World::new();
     let rocm = w.tmp.path().join("rocm");
