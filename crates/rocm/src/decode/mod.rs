@@ -232,10 +232,15 @@ impl Decoder {
         }
         let s = match key {
             Stream::Hip(0) => 0,
-            _ => {
-                let next = self.streams.len() as u32 + 1;
-                *self.streams.entry(key).or_insert(next)
-            }
+            // A lookup first: `entry` costs more, and new streams are rare.
+            _ => match self.streams.get(&key) {
+                Some(s) => *s,
+                None => {
+                    let next = self.streams.len() as u32 + 1;
+                    self.streams.insert(key, next);
+                    next
+                }
+            },
         };
         self.last_stream = (key, s);
         s
