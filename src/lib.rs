@@ -62,7 +62,7 @@ pub use profiler::{Error, Profiler, ProfilerBuilder};
 #[cfg(feature = "rocm")]
 #[doc(hidden)]
 pub mod rocm_tool {
-    pub use kinetrace_rocm::{on_tool_initialized, tool_configure};
+    pub use kinetrace_rocm::{on_marker, on_tool_initialized, tool_configure};
 }
 
 /// Version and git facts stamped by `build.rs`, written into trace metadata.

@@ -48,12 +48,35 @@ fn main() {
             unsafe { load(step * 2 + k + 1, name.as_ptr()) };
         }
     }
+    // `FAKE_ROCTX_STEP=NAME`: each step is a roctx range NAME (as PyTorch's NVTX/roctx ranges can
+    // mark steps) instead of a `kinetrace_step` call.
+    let roctx_step = std::env::var("FAKE_ROCTX_STEP")
+        .ok()
+        .map(|n| CString::new(n).unwrap());
+    type Push = unsafe extern "C" fn(*const c_char);
+    type Pop = unsafe extern "C" fn();
+    // SAFETY: (test program) the fake's entry points with their signatures.
+    let (push, pop) = unsafe {
+        (
+            *sdk.get::<Push>(b"fake_rocp_roctx_push\0").unwrap(),
+            *sdk.get::<Pop>(b"fake_rocp_roctx_pop\0").unwrap(),
+        )
+    };
     for step in 0..steps {
+        if let Some(name) = &roctx_step {
+            // SAFETY: (test program) a NUL-terminated name.
+            unsafe { push(name.as_ptr()) };
+        }
         for k in 0..2 {
             // SAFETY: (test program) plain values.
             unsafe { launch(step * 2 + k + 1, 0, 0xa000, 4096, 256, 1_000) };
         }
-        kinetrace_step();
+        if roctx_step.is_some() {
+            // SAFETY: (test program) no arguments.
+            unsafe { pop() };
+        } else {
+            kinetrace_step();
+        }
     }
     println!("fake_rocm_train: done {steps} steps, {tools} tools");
 }

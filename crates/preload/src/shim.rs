@@ -41,7 +41,22 @@ extern "C" fn on_load() {
         // SAFETY: registers a plain `extern "C"` function; no handler runs before or in the parent.
         unsafe { libc::pthread_atfork(None, None, Some(atfork_child)) };
         agent::rocm_tool::on_tool_initialized(rocm_initialized);
+        agent::rocm_tool::on_marker(roctx_push, roctx_pop);
     });
+}
+
+/// A roctx range pushed on this thread (through rocprofiler-sdk's marker tracing): PyTorch on
+/// ROCm sends the ranges it sends to NVTX on CUDA here, so they go where NVTX ranges go (steps by
+/// `KINETRACE_STEP_NVTX`, PyTorch's ops inside windows).
+fn roctx_push(message: &CStr) {
+    if agent::nvtx_attach() {
+        install(agent::nvtx_push(&message.to_string_lossy()));
+    }
+}
+
+/// The innermost roctx range on this thread was popped.
+fn roctx_pop() {
+    agent::nvtx_pop();
 }
 
 /// rocprofiler-sdk's tool entry point: the SDK calls it when a ROCm runtime (HIP) initialises,

@@ -1321,6 +1321,42 @@ fn hip_loaded_after_profiling_started_is_found_at_a_later_step() {
 }
 
 #[test]
+fn roctx_ranges_mark_steps_like_nvtx_ranges() {
+    // PyTorch on ROCm sends its ranges to roctx, not NVTX: through rocprofiler-sdk's marker
+    // tracing they reach the same place (here: `KINETRACE_STEP_NVTX` steps).
+    let w = World::new();
+    let rocm = w.tmp.path().join("rocm");
+    let none = w.tmp.path().join("no-cuda");
+    std::fs::create_dir(&rocm).unwrap();
+    std::fs::create_dir(&none).unwrap();
+    let sdk = rocm.join("librocprofiler-sdk.so.1");
+    std::fs::copy(kinetrace_test_support::fake::fake_rocprofiler_sdk(), &sdk).unwrap();
+    let job = profile_dir().join("examples/fake_rocm_train");
+    let mut c = w.preloaded(&job, &["6"]);
+    c.env_remove("KINETRACE_CUPTI_PATH")
+        .env("LD_LIBRARY_PATH", &none)
+        .env("CUDA_HOME", &none)
+        .env("FAKE_ROCP_LIB", &sdk)
+        .env("FAKE_ROCTX_STEP", "train_step")
+        .env("KINETRACE_STEP_NVTX", "train_step")
+        .env("KINETRACE_ITERATIONS", "3")
+        .env("KINETRACE_START_ITERATION", "2");
+    let (out, err, code) = outcome(c);
+    assert_eq!(
+        (out.as_str(), err.as_str(), code),
+        ("fake_rocm_train: done 6 steps, 1 tools\n", "", Some(0)),
+        "log:\n{}",
+        w.log_text()
+    );
+    let t = only_trace(&w);
+    // Range N begins step N (0-based): the kernels of ranges 2, 3 and 4 are in the trace.
+    assert_eq!(t.kernel_steps(), vec![2, 3, 4], "log:\n{}", w.log_text());
+    assert_eq!(t.kernels(), 6);
+    t.assert_correlated();
+    assert_eq!(w.log_text(), "", "nothing to report");
+}
+
+#[test]
 fn a_hip_job_is_profiled_through_rocprofiler_sdk() {
     let w = World::new();
     let rocm = w.tmp.path().join("rocm");

@@ -6,7 +6,7 @@ use kinetrace_rocprofiler_sdk_sys::Abi;
 
 use crate::decode::NOISE;
 use crate::external::ExternalIds;
-use crate::ffi::{self, Kinds, Names, Plan, Setup, Tool, Tracing};
+use crate::ffi::{self, Kinds, Markers, Names, Plan, Setup, Tool, Tracing};
 use crate::loader::{self, SearchInputs};
 use crate::queue::Queue;
 use crate::record::ArgLayout;
@@ -60,6 +60,15 @@ pub(crate) fn install_tool(config: &RocmConfig) -> Result<&'static Tool, RocmOpe
     let code_object = find(&callback_kinds, "CODE_OBJECT")
         .ok_or_else(|| missing("callback-tracing kind CODE_OBJECT"))?;
     let code_ops = ffi::operations(sdk, Tracing::Callback, code_object).map_err(call)?;
+    // roctx (optional: an SDK without marker tracing records everything else).
+    let markers = find(&callback_kinds, "MARKER_CORE_API").and_then(|kind| {
+        let ops = ffi::operations(sdk, Tracing::Callback, kind).ok()?;
+        Some(Markers {
+            kind,
+            push: find(&ops, "roctxRangePushA")?,
+            pop: find(&ops, "roctxRangePop")?,
+        })
+    });
     let kernel_symbol_register = find(&code_ops, "CODE_OBJECT_DEVICE_KERNEL_SYMBOL_REGISTER")
         .ok_or_else(|| missing("code-object operation DEVICE_KERNEL_SYMBOL_REGISTER"))?;
     let hip_ops = ffi::operations(sdk, Tracing::Callback, hip_runtime_api).map_err(call)?;
@@ -95,6 +104,7 @@ pub(crate) fn install_tool(config: &RocmConfig) -> Result<&'static Tool, RocmOpe
             code_object,
             kernel_symbol_register,
             memory_allocation,
+            markers,
         },
         names: Names {
             version,

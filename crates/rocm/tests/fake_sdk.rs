@@ -100,6 +100,21 @@ impl Fake {
         // SAFETY: plain values.
         unsafe { f(fill_kernel, bytes, 1, 0xa000, stream, dispatches, 2_000) }
     }
+    fn roctx_push(&self, message: &str) {
+        let c = CString::new(message).unwrap();
+        let f = sym!(
+            self,
+            b"fake_rocp_roctx_push\0",
+            unsafe extern "C" fn(*const i8)
+        );
+        // SAFETY: a NUL-terminated message, alive during the call.
+        unsafe { f(c.as_ptr()) }
+    }
+    fn roctx_pop(&self) {
+        let f = sym!(self, b"fake_rocp_roctx_pop\0", unsafe extern "C" fn());
+        // SAFETY: no arguments.
+        unsafe { f() }
+    }
     fn memory(&self, free: bool, address: u64, bytes: u64, gpu: u32) -> u64 {
         let f = sym!(
             self,
@@ -557,6 +572,48 @@ fn memsets_become_gpu_memset_abi_0x() {
         || {
             memsets_scenario();
         },
+    );
+}
+
+/// What the marker hooks saw: `+message` per push, `-` per pop.
+static MARKERS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+fn markers_scenario() {
+    kinetrace_rocm::on_marker(
+        |m| {
+            MARKERS
+                .lock()
+                .unwrap()
+                .push(format!("+{}", m.to_string_lossy()))
+        },
+        || MARKERS.lock().unwrap().push("-".into()),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let lib = fake_lib(dir.path());
+    let fake = Fake::open(&lib);
+    let _source = RocmSource::new(config(&lib));
+    // Outside any window too: roctx ranges can mark steps.
+    fake.roctx_push("ProfilerStep#1");
+    fake.roctx_push("aten::linear");
+    fake.roctx_pop();
+    fake.roctx_pop();
+    assert_eq!(
+        *MARKERS.lock().unwrap(),
+        ["+ProfilerStep#1", "+aten::linear", "-", "-"]
+    );
+}
+
+#[test]
+fn roctx_ranges_reach_the_marker_hooks() {
+    in_child("roctx_ranges_reach_the_marker_hooks", &[], markers_scenario);
+}
+
+#[test]
+fn roctx_ranges_reach_the_marker_hooks_abi_0x() {
+    in_child(
+        "roctx_ranges_reach_the_marker_hooks_abi_0x",
+        &[("FAKE_ROCP_VERSION", "0.6.0")],
+        markers_scenario,
     );
 }
 

@@ -17,7 +17,7 @@ use kinetrace_rocprofiler_sdk_sys::{
 };
 
 use super::calls::now;
-use super::tool::{tool, Tool};
+use super::tool::{marker_hooks, tool, Tool};
 use crate::external::CallInfo;
 use crate::record::{ArgLayout, Raw, RawArgs};
 
@@ -312,6 +312,63 @@ pub(super) unsafe extern "C" fn api_callback_v1(
             user,
             rec.payload,
         )
+    }));
+}
+
+/// A roctx range was pushed (`roctxRangePushA`, whose payload is `{uint64_t size; const char*
+/// message; …}`) or popped: handed to the marker hooks at ENTER, on the calling thread.
+fn marker_phase(kind: u32, operation: u32, phase: u32, payload: *mut c_void) {
+    let (Some(tool), Some(hooks)) = (tool(), marker_hooks()) else {
+        return;
+    };
+    let Some(m) = tool.kinds.markers else {
+        return;
+    };
+    if kind as i32 != m.kind || phase != sys::PHASE_ENTER {
+        return;
+    }
+    if operation as i32 == m.pop {
+        (hooks.pop)();
+        return;
+    }
+    if operation as i32 != m.push || payload.is_null() {
+        return;
+    }
+    // SAFETY: the marker API payload, valid during the callback: its leading `size` is read
+    // first, and the message pointer only if the payload covers it.
+    let size = unsafe { *(payload as *const u64) } as usize;
+    let message = if size >= 16 {
+        // SAFETY: as above (the args union starts at 8 with the `const char*` message).
+        unsafe { *((payload as *const u8).add(8) as *const *const std::ffi::c_char) }
+    } else {
+        std::ptr::null()
+    };
+    if message.is_null() {
+        // A push still opens a range its pop will close.
+        (hooks.push)(c"");
+    } else {
+        // SAFETY: roctx's caller passes a NUL-terminated message, alive during the call.
+        (hooks.push)(unsafe { CStr::from_ptr(message) });
+    }
+}
+
+pub(super) unsafe extern "C" fn marker_callback_v0(
+    rec: v0::CallbackRecord,
+    _user: *mut UserData,
+    _d: *mut c_void,
+) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        marker_phase(rec.kind, rec.operation, rec.phase, rec.payload)
+    }));
+}
+
+pub(super) unsafe extern "C" fn marker_callback_v1(
+    rec: v1::CallbackRecord,
+    _user: *mut UserData,
+    _d: *mut c_void,
+) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        marker_phase(rec.kind, rec.operation, rec.phase, rec.payload)
     }));
 }
 

@@ -19,4 +19,4 @@ pub(crate) use calls::{
 };
 pub use calls::{Agent, SdkError};
 pub(crate) use tool::{install, register, tool, Names, Plan, Registration, Setup, Tool};
-pub use tool::{on_tool_initialized, tool_configure, Kinds};
+pub use tool::{on_marker, on_tool_initialized, tool_configure, Kinds, Markers};

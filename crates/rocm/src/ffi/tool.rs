@@ -15,7 +15,7 @@ use kinetrace_rocprofiler_sdk_sys::{
 
 use super::callbacks::{
     api_callback_v0, api_callback_v1, buffer_callback, code_object_callback_v0,
-    code_object_callback_v1,
+    code_object_callback_v1, marker_callback_v0, marker_callback_v1,
 };
 use super::calls::{check, flush_buffer, is_initialized, start_context, SdkError};
 use crate::external::ExternalIds;
@@ -36,6 +36,40 @@ pub struct Kinds {
     pub kernel_symbol_register: i32,
     /// Buffer-tracing `MEMORY_ALLOCATION` (SDK 1.x only: the 0.x record is unverified).
     pub memory_allocation: Option<i32>,
+    /// Callback-tracing `MARKER_CORE_API` and its range push/pop operations, if the SDK has them.
+    pub markers: Option<Markers>,
+}
+
+/// The roctx operations the marker hooks follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Markers {
+    /// Callback-tracing `MARKER_CORE_API`.
+    pub kind: i32,
+    /// Its `roctxRangePushA`.
+    pub push: i32,
+    /// Its `roctxRangePop`.
+    pub pop: i32,
+}
+
+/// Where roctx ranges go (see [`on_marker`]).
+pub(crate) struct MarkerHooks {
+    pub push: fn(&CStr),
+    pub pop: fn(),
+}
+
+static MARKER_HOOKS: OnceLock<MarkerHooks> = OnceLock::new();
+
+/// Sets where roctx ranges pushed and popped on any thread go: PyTorch on ROCm routes its
+/// profiler ranges (what `emit_nvtx` turns on) to roctx, as it does to NVTX on CUDA, so the preload
+/// shim hands them to the same place as its NVTX injection. Set before the tool is initialised
+/// (the shim does it in its constructor); without it the SDK is not asked for marker callbacks.
+/// The first one set wins. The functions run on the calling thread, inside the roctx call.
+pub fn on_marker(push: fn(&CStr), pop: fn()) {
+    let _ = MARKER_HOOKS.set(MarkerHooks { push, pop });
+}
+
+pub(crate) fn marker_hooks() -> Option<&'static MarkerHooks> {
+    MARKER_HOOKS.get()
 }
 
 /// What the library calls things, resolved once when the tool is made.
@@ -67,6 +101,8 @@ pub(crate) struct Setup {
     pub error: Option<SdkError>,
     /// Why memory-allocation tracing could not be configured.
     pub allocations_off: Option<SdkError>,
+    /// Why roctx ranges are not followed although a hook asked for them.
+    pub markers_off: Option<SdkError>,
 }
 
 /// The process-wide tool: what the SDK's callbacks reach.
@@ -290,6 +326,33 @@ fn set_up(tool: &Tool) -> Result<(ContextId, ContextId, BufferId), SdkError> {
         )
     };
     check(sdk, "rocprofiler_configure_callback_tracing_service", s)?;
+    // roctx ranges (PyTorch's op ranges on ROCm), on the utility context: like NVTX on CUDA they
+    // are followed outside windows too (they can mark steps).
+    if let (Some(m), Some(_)) = (tool.kinds.markers, marker_hooks()) {
+        let marker_cb: sys::CallbackTracingFn = match tool.abi {
+            Abi::V0 => marker_callback_v0 as _,
+            Abi::V1 => marker_callback_v1 as _,
+        };
+        let ops = [m.push, m.pop];
+        // SAFETY: `marker_cb` is this ABI's callback-tracing trampoline; `ops` outlives the call.
+        let s = unsafe {
+            (sdk.rocprofiler_configure_callback_tracing_service)(
+                utility,
+                m.kind,
+                ops.as_ptr(),
+                ops.len(),
+                marker_cb,
+                std::ptr::null_mut(),
+            )
+        };
+        // Markers are extra: without them everything else still records.
+        if let Err(e) = check(sdk, "rocprofiler_configure_callback_tracing_service", s) {
+            tool.setup
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .markers_off = Some(e);
+        }
+    }
     start_context(sdk, utility)?;
     // The main context: dispatches and copies into one LOSSLESS buffer, HIP API callbacks.
     let main = create("rocprofiler_create_context")?;

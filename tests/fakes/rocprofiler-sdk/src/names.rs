@@ -42,6 +42,7 @@ pub(crate) fn callback_kinds() -> Vec<(i32, &'static str)> {
     vec![
         (0, "NONE"),
         (5 + s, "HIP_RUNTIME_API"),
+        (7 + s, "MARKER_CORE_API"),
         (10 + s, "CODE_OBJECT"),
         (12 + s, "KERNEL_DISPATCH"),
         (13 + s, "MEMORY_COPY"),
@@ -120,6 +121,18 @@ pub(crate) fn code_object_ops() -> Vec<(i32, &'static str)> {
     ]
 }
 
+/// roctx's core API (`ROCPROFILER_MARKER_CORE_API_ID_*`).
+pub(crate) fn marker_ops() -> Vec<(i32, &'static str)> {
+    let s = op_shift();
+    vec![
+        (s, "roctxMarkA"),
+        (1 + s, "roctxRangePushA"),
+        (2 + s, "roctxRangePop"),
+        (3 + s, "roctxRangeStartA"),
+        (4 + s, "roctxRangeStop"),
+    ]
+}
+
 pub(crate) fn allocation_ops() -> Vec<(i32, &'static str)> {
     let s = op_shift();
     vec![
@@ -147,6 +160,7 @@ pub(crate) fn callback_ops(kind: i32) -> Option<Vec<(i32, &'static str)>> {
     Some(match name {
         "HIP_RUNTIME_API" => hip_ops(),
         "CODE_OBJECT" => code_object_ops(),
+        "MARKER_CORE_API" => marker_ops(),
         "MEMORY_COPY" => memcpy_ops(),
         "KERNEL_DISPATCH" => dispatch_ops(),
         _ => Vec::new(),

@@ -441,3 +441,51 @@ pub unsafe extern "C" fn fake_rocp_finalize() {
         unsafe { f(data as *mut c_void) };
     }
 }
+
+/// `rocprofiler_callback_tracing_marker_api_data_t` as the SDK passes it for `roctxRangePushA`:
+/// `size`, the args union (the message), the return value.
+#[repr(C)]
+struct MarkerPayload {
+    size: u64,
+    message: *const c_char,
+    retval: i64,
+}
+
+fn roctx_call(op: &str, message: *const c_char) {
+    let mut payload = MarkerPayload {
+        size: std::mem::size_of::<MarkerPayload>() as u64,
+        message,
+        retval: 0,
+    };
+    let op = kind_number(&marker_ops(), op);
+    for t in callback_targets("MARKER_CORE_API") {
+        for phase in [sys::PHASE_ENTER, sys::PHASE_EXIT] {
+            let mut user = UserData::default();
+            invoke(
+                t,
+                "MARKER_CORE_API",
+                op,
+                phase,
+                0,
+                &mut payload as *mut MarkerPayload as *mut c_void,
+                &mut user,
+            );
+        }
+    }
+}
+
+/// `roctxRangePushA(message)` on the calling thread: the MARKER_CORE_API callbacks of every
+/// active context, ENTER and EXIT.
+///
+/// # Safety
+/// `message` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn fake_rocp_roctx_push(message: *const c_char) {
+    roctx_call("roctxRangePushA", message);
+}
+
+/// `roctxRangePop()` on the calling thread.
+#[no_mangle]
+pub extern "C" fn fake_rocp_roctx_pop() {
+    roctx_call("roctxRangePop", std::ptr::null());
+}
