@@ -131,7 +131,11 @@ const DEV_ALLOWED: &[(&str, &[&str])] = &[
 /// dependencies), built from their own workspace, with the kinetrace crates they may depend on.
 const OUTSIDE: &[(&str, &str, &[&str])] = &[
     // The burn/cubecl adapter: built and tested from examples/burn.
-    ("crates/burn/Cargo.toml", "kinetrace-burn", &["kinetrace-core"]),
+    (
+        "crates/burn/Cargo.toml",
+        "kinetrace-burn",
+        &["kinetrace-core"],
+    ),
 ];
 
 fn table<'a>(t: &'a [(&str, &'a [&'a str])], name: &str) -> &'a [&'a str] {
@@ -255,12 +259,21 @@ fn framework_crates_stay_outside_the_workspace() {
     let edges = kinetrace_edges();
     for (name, _, _) in &edges {
         for (_, outside, _) in OUTSIDE {
-            assert_ne!(name, outside, "{outside} must not be a member of the main workspace");
+            assert_ne!(
+                name, outside,
+                "{outside} must not be a member of the main workspace"
+            );
         }
     }
     let mut metadata = std::process::Command::new(env!("CARGO"));
     metadata
-        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
         .current_dir(env!("CARGO_MANIFEST_DIR"));
     let out = crate::util::output_within(metadata, std::time::Duration::from_secs(120));
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -277,7 +290,10 @@ fn framework_crates_stay_outside_the_workspace() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     for (manifest, name, allowed) in OUTSIDE {
         let text = std::fs::read_to_string(root.join(manifest)).unwrap();
-        assert!(text.contains(&format!("name = \"{name}\"")), "{manifest} names {name}");
+        assert!(
+            text.contains(&format!("name = \"{name}\"")),
+            "{manifest} names {name}"
+        );
         for line in text.lines() {
             let key = line.split('=').next().unwrap_or("").trim();
             if key.starts_with("kinetrace") && key != "kinetrace-burn" {
