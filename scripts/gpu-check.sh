@@ -79,9 +79,13 @@ cmd_build() {
         # Release, its own workspace and target dir. Without nvcc, cudarc (burn-cuda loads libcuda
         # and NVRTC dynamically) uses its latest bindings (13.x, like the GPU machine's PyTorch
         # wheels); set CUDARC_CUDA_VERSION (e.g. 12080) for an older driver.
+        # Needs the network at build time: cubecl-cuda 0.11.3 depends on cubecl-llvm, whose
+        # tracel-llvm-bundler build script downloads an LLVM 23.1.0-4 bundle from
+        # github.com/tracel-ai/tracel-llvm releases (cached in the user's cache dir, `tracel/`).
         echo "gpu-check: building examples/burn with burn-cuda (release)"
         (cd "$root/examples/burn" && cargo build --release --locked --features cuda \
-            --target-dir "$root/target/examples-burn-cuda")
+            --target-dir "$root/target/examples-burn-cuda") \
+            || die "examples/burn --features cuda did not build (offline? its LLVM bundle is downloaded at build time)"
         install -m 755 "$root/target/examples-burn-cuda/release/kinetrace-burn-example" "$stage/bin/kinetrace-burn-example-cuda"
         if command -v strip > /dev/null; then
             strip --strip-debug "$stage/bin/kinetrace-burn-example-cuda" 2> /dev/null || true
