@@ -12,8 +12,13 @@ use serde_json::Value;
 const DEADLINE: Duration = Duration::from_secs(300);
 
 fn run_example(out: &Path) -> String {
+    run_example_with(out, &[])
+}
+
+fn run_example_with(out: &Path, extra: &[&str]) -> String {
     let mut child = Command::new(env!("CARGO_BIN_EXE_kinetrace-burn-example"))
         .arg(out)
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -134,5 +139,40 @@ fn steps_hold_burn_spans_and_the_training_ranges() {
     assert!(
         !cats.is_empty() && cats.iter().all(|c| *c == "user_annotation"),
         "{cats:?}"
+    );
+}
+
+/// The last line of output: the JSON the GPU check reads (gpu/check/gpu_check.py, `cmd_burn`).
+fn summary(text: &str) -> Value {
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON line in:\n{text}"));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))
+}
+
+#[test]
+fn summary_line_with_and_without_the_profiler() {
+    let dir = tempfile::tempdir().unwrap();
+    let on = summary(&run_example(dir.path()));
+    assert_eq!(on["profiled"], true);
+    assert_eq!(on["recorded_steps"], serde_json::json!([3, 4, 5]));
+    let traces = on["traces"].as_array().unwrap();
+    assert_eq!(traces.len(), 1, "{on}");
+    assert!(Path::new(traces[0].as_str().unwrap()).exists(), "{on}");
+    // 12 training batches: steps 0..=11, each timed.
+    let steps = on["step_ms"].as_array().unwrap();
+    assert_eq!(steps.len(), 12, "{on}");
+    assert!(steps.iter().all(|t| t.as_f64().unwrap() > 0.0), "{on}");
+
+    let off_dir = tempfile::tempdir().unwrap();
+    let off = summary(&run_example_with(off_dir.path(), &["--off"]));
+    assert_eq!(off["profiled"], false);
+    assert_eq!(off["traces"], serde_json::json!([]));
+    assert_eq!(off["step_ms"].as_array().unwrap().len(), 12, "{off}");
+    assert!(
+        trace_files(off_dir.path()).is_empty(),
+        "no profiler, no trace"
     );
 }
