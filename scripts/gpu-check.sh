@@ -5,7 +5,10 @@
 #                                    stages it, the kinetrace CLI and preload shim (if built:
 #                                    target/release/kinetrace, target/release/libkinetrace.so) and the
 #                                    Python checker into target/gpu-check/ (< 64 MiB). Set
-#                                    GPU_CHECK_BUILD_CLI=1 to build the CLI and the shim first.
+#                                    GPU_CHECK_BUILD_CLI=1 to build the CLI and the shim first, and
+#                                    GPU_CHECK_BUILD_BURN=1 to build and stage examples/burn with
+#                                    burn-cuda (`--features cuda`, fusion off; no nvcc needed: NVRTC
+#                                    and the CUDA headers are found at run time, in PyTorch's wheels).
 #   scripts/gpu-check.sh run [DIR]   there, on an NVIDIA machine with CUDA and PyTorch (no cargo):
 #                                    runs the staged workload, checks its trace, runs the same work
 #                                    and a training loop under torch.profiler (and under
@@ -28,7 +31,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 MAX_STAGE_BYTES=$((64 * 1024 * 1024))
 
 usage() {
-    sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 die() {
@@ -72,6 +75,23 @@ cmd_build() {
             echo "gpu-check: target/release/$f not built: not staged (GPU_CHECK_BUILD_CLI=1 builds it)"
         fi
     done
+    if [[ "${GPU_CHECK_BUILD_BURN:-0}" == 1 ]]; then
+        # Release, its own workspace and target dir. Without nvcc, cudarc (burn-cuda loads libcuda
+        # and NVRTC dynamically) uses its latest bindings (13.x, like the GPU machine's PyTorch
+        # wheels); set CUDARC_CUDA_VERSION (e.g. 12080) for an older driver.
+        # Needs the network at build time: cubecl-cuda 0.11.3 depends on cubecl-llvm, whose
+        # tracel-llvm-bundler build script downloads an LLVM 23.1.0-4 bundle from
+        # github.com/tracel-ai/tracel-llvm releases (cached in the user's cache dir, `tracel/`).
+        echo "gpu-check: building examples/burn with burn-cuda (release)"
+        (cd "$root/examples/burn" && cargo build --release --locked --features cuda \
+            --target-dir "$root/target/examples-burn-cuda") \
+            || die "examples/burn --features cuda did not build (offline? its LLVM bundle is downloaded at build time)"
+        install -m 755 "$root/target/examples-burn-cuda/release/kinetrace-burn-example" "$stage/bin/kinetrace-burn-example-cuda"
+        if command -v strip > /dev/null; then
+            strip --strip-debug "$stage/bin/kinetrace-burn-example-cuda" 2> /dev/null || true
+        fi
+        echo "gpu-check: staged examples/burn (burn-cuda) as bin/kinetrace-burn-example-cuda"
+    fi
     install -m 644 "$root/gpu/check/gpu_check.py" "$stage/check/"
     install -m 644 "$root/gpu/kernels/kernels.cu" "$root/gpu/kernels/kernels.ptx" "$stage/kernels/"
     install -m 755 "$root/scripts/gpu-check.sh" "$stage/gpu-check.sh"

@@ -19,6 +19,9 @@ bash scripts/cupti-wheels.sh
 step "cargo test"
 cargo test --workspace --locked
 
+step "examples/burn (own workspace: burn 0.22.1 on the CPU + kinetrace-burn; fmt, clippy, tests)"
+bash scripts/burn-example.sh
+
 step "GPU check script self-test (the trace checker run on GPU machines)"
 python3 gpu/check/gpu_check.py selftest
 

@@ -343,6 +343,162 @@ def synth_trace(recorded_steps, busy_us=200.0, pid=4242, tid=4242, base=1_000_00
     return {"schemaVersion": 1, "traceEvents": evs, "dropped_events": {"cpu_ring": 0, "cupti": 0}}
 
 
+# --------------------------------------------------------------------------------------------------
+# burn-cuda (issue 12): examples/burn built with `--features cuda`, fusion off. cubecl launches every
+# kernel later, on its device thread; kinetrace-burn pairs each launch with the range that issued it.
+
+BURN_STEPS = [3, 4, 5]
+
+
+def burn_trace_checks(tr, steps=BURN_STEPS):
+    """[(check, ok, detail)] for the burn example's trace: the steps, every kernel's External id
+    naming a range on the training thread that began before the kernel's launch call, and the same
+    number of kernels issued in every recorded step."""
+    out = []
+    got_steps = [n for n, _, _, _ in tr.steps]
+    out.append(("burn: recorded steps", got_steps == steps, "%s (expected %s)" % (got_steps, steps)))
+    kernels = [e for e in tr.gpu if e.get("cat") == "kernel"]
+    out.append(("burn: kernels recorded", len(kernels) > 0, "%d kernels" % len(kernels)))
+    step_tids = {e.get("tid") for e in tr.events
+                 if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")}
+    bad, issued = [], collections.Counter()
+    for k in kernels:
+        args = k.get("args") or {}
+        ext = args.get("External id")
+        api = tr.api_by_corr.get(args.get("correlation"))
+        spans = [sp for sp in tr.annotations.get(ext, []) if sp.get("tid") in step_tids] if ext is not None else []
+        if not spans:
+            bad.append("%s: External id %s names no range on the training thread" % (k.get("name"), ext))
+            continue
+        sp = spans[0]
+        if api is not None and float(sp["ts"]) > float(api["ts"]):
+            bad.append("%s: its range %s began after the launch call" % (k.get("name"), sp.get("name")))
+            continue
+        issued[tr.step_of_ts(float(sp["ts"]))] += 1
+    out.append(("burn: every kernel carries its issuing range", len(kernels) > 0 and not bad,
+                "%d/%d attributed%s" % (len(kernels) - len(bad), len(kernels), ("; e.g. " + "; ".join(bad[:3])) if bad else "")))
+    per = [issued.get(n, 0) for n in steps]
+    out.append(("burn: kernels per step stable", len(set(per)) == 1 and per[0] > 0,
+                "issued per step %s (outside the steps: %d)" % (dict(zip(steps, per)), issued.get(None, 0))))
+    other = sum(1 for k in kernels
+                if tr.api_by_corr.get((k.get("args") or {}).get("correlation"), {}).get("tid") not in step_tids)
+    out.append(("burn: launched off the training thread", None,
+                "%d/%d launch calls on another thread (cubecl's device thread)" % (other, len(kernels))))
+    return out
+
+
+def synth_burn_trace(steps=BURN_STEPS, pid=77, train_tid=77, server_tid=78, base=2_000_000.0):
+    evs = []
+    ext, corr, ts = 500, 9000, base
+    for n in steps:
+        step_ts = ts
+        ext += 1
+        evs.append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#%d" % n, "pid": pid, "tid": train_tid,
+                    "ts": step_ts, "dur": 300.0, "args": {"External id": ext}})
+        t = step_ts + 5.0
+        for rng in ("forward", "backward", "optimizer"):
+            ext += 1
+            evs.append({"ph": "X", "cat": "user_annotation", "name": rng, "pid": pid, "tid": train_tid, "ts": t,
+                        "dur": 80.0, "args": {"External id": ext}})
+            for i in range(3):
+                corr += 1
+                launch = t + 10.0 + 20.0 * i
+                evs.append({"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernel", "pid": pid, "tid": server_tid,
+                            "ts": launch, "dur": 3.0, "args": {"External id": ext, "correlation": corr}})
+                evs.append({"ph": "X", "cat": "kernel", "name": "%s_k%d_f32_0000abcd" % (rng, i), "pid": 0, "tid": 7,
+                            "ts": launch + 5.0, "dur": 4.0,
+                            "args": {"External id": ext, "correlation": corr, "device": 0, "stream": 7}})
+            t += 90.0
+        ts = step_ts + 310.0
+    return {"schemaVersion": 1, "traceEvents": evs}
+
+
+def burn_selftest():
+    """The burn checks pass a well-formed synthetic trace and catch each kind of damage."""
+    failures = 0
+    good = synth_burn_trace()
+    bad = [r for r in burn_trace_checks(Trace(good)) if r[1] is False]
+    print("selftest: clean synthetic burn trace: %d failed" % len(bad))
+    for r in bad:
+        print("  unexpected failure: %s: %s" % (r[0], r[2]))
+    failures += len(bad)
+
+    def kernel_at(t, i):
+        return [e for e in t["traceEvents"] if e.get("cat") == "kernel"][i]
+
+    def server_range(t):
+        # The kernel's id names a range, but one on the launching (server) thread.
+        t["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": "on_server", "pid": 77, "tid": 78,
+                                 "ts": 1.0, "dur": 1.0, "args": {"External id": 4242}})
+        kernel_at(t, 0)["args"]["External id"] = 4242
+
+    def late_range(t):
+        k = kernel_at(t, 1)
+        for e in t["traceEvents"]:
+            if e.get("cat") == "user_annotation" and (e.get("args") or {}).get("External id") == k["args"]["External id"]:
+                e["ts"] = k["ts"] + 100.0
+
+    for what, mutate, expect_fail in [
+        ("a kernel without External id", lambda t: kernel_at(t, 3)["args"].pop("External id"),
+         "burn: every kernel carries its issuing range"),
+        ("a kernel labelled with a server-thread range", server_range, "burn: every kernel carries its issuing range"),
+        ("a kernel whose range began after its launch", late_range, "burn: every kernel carries its issuing range"),
+        ("a kernel missing in one step", lambda t: t["traceEvents"].remove(kernel_at(t, 10)), "burn: kernels per step stable"),
+        ("a step missing", lambda t: t["traceEvents"].pop(
+            next(i for i, e in enumerate(t["traceEvents"]) if e.get("name") == "ProfilerStep#4")), "burn: recorded steps"),
+    ]:
+        t = copy.deepcopy(good)
+        mutate(t)
+        failed = {r[0] for r in burn_trace_checks(Trace(t)) if r[1] is False}
+        ok = expect_fail in failed
+        print("selftest: %-42s -> %s" % (what, "caught by '%s'" % expect_fail if ok else "NOT caught (failed: %s)" % sorted(failed)))
+        if not ok:
+            failures += 1
+    return failures
+
+
+def cmd_burn(s, stage, out, libs):
+    """The burn-cuda step of `all`: the staged example with and without the profiler."""
+    exe = os.path.join(stage, "bin", "kinetrace-burn-example-cuda")
+    if not os.path.exists(exe):
+        s.add("burn-cuda", "example", None, "SKIPPED: not staged (GPU_CHECK_BUILD_BURN=1 scripts/gpu-check.sh build)")
+        return
+    env = workload_env(libs)
+    # cubecl-cuda compiles with NVRTC at run time and needs the CUDA headers ($CUDA_PATH/include):
+    # PyTorch's NVIDIA wheels carry them when no toolkit is installed.
+    if not any(os.path.exists(os.path.join(env.get(k, ""), "include", "cuda_fp16.h")) for k in ("CUDA_PATH", "CUDA_HOME")):
+        for d in libs.get("include_roots", []):
+            env["CUDA_PATH"] = d
+            break
+    s.add("burn-cuda", "CUDA headers", None, "CUDA_PATH=%s" % env.get("CUDA_PATH", env.get("CUDA_HOME")))
+    runs = {}
+    for label, extra in (("off", ["--off"]), ("on", [])):
+        d = os.path.join(out, "burn-" + label)
+        shutil.rmtree(d, ignore_errors=True)
+        rc, so, se = run_child([exe, d] + extra, 240, env=env, log=os.path.join(out, "burn-%s.log" % label))
+        runs[label] = last_json(so)
+        s.add("burn-cuda", "ran (%s)" % ("profiled" if label == "on" else "no profiler"), rc == 0 and runs[label] is not None,
+              "rc %d%s" % (rc, "" if rc == 0 else "; " + " | ".join(se.strip().splitlines()[-2:])))
+    on = runs.get("on") or {}
+    if on.get("traces"):
+        tr = Trace(load_trace(on["traces"][0]), on["traces"][0])
+        for name, ok, detail in burn_trace_checks(tr, on.get("recorded_steps") or BURN_STEPS):
+            s.add("burn-cuda", name, ok, detail)
+        s.add("burn-cuda", "launch attribution counts", None, json.dumps(on.get("attribution")))
+    elif runs.get("on") is not None:
+        s.add("burn-cuda", "trace written", False, "no trace")
+    off = runs.get("off") or {}
+    rec = on.get("recorded_steps") or BURN_STEPS
+    try:
+        t_on = statistics.median(on["step_ms"][n] for n in rec)
+        t_off = statistics.median(off["step_ms"][n] for n in rec)
+        s.add("overhead", "burn-cuda: added per step", None, "%.3f ms (median of steps %s: profiled %.3f ms, no profiler %.3f ms)"
+              % (t_on - t_off, rec, t_on, t_off))
+    except (KeyError, IndexError, TypeError, statistics.StatisticsError):
+        s.add("overhead", "burn-cuda: added per step", None, "n/a")
+
+
+
 def selftest(out_dir):
     steps = [2, 3, 4, 5]
     expect = {"counts": {"kernel": 8, "gpu_memcpy": 8, "gpu_memset": 4}, "recorded_steps": steps,
@@ -425,6 +581,7 @@ def selftest(out_dir):
         print("selftest: %-42s -> %s" % (what, "caught by '%s'" % expect_fail if ok else "NOT caught (failed: %s)" % sorted(failed)))
         if not ok:
             failures += 1
+    failures += burn_selftest()
     print("selftest: %s" % ("passed" if failures == 0 else "%d problem(s)" % failures))
     return 0 if failures == 0 else 1
 
@@ -699,8 +856,12 @@ def find_cuda_libs():
     except AttributeError:
         pass
     roots += [p for p in sys.path if p.endswith("-packages")]
-    found = {"nvrtc": [], "cupti": []}
+    found = {"nvrtc": [], "cupti": [], "include_roots": []}
     for r in dict.fromkeys(roots):
+        # CUDA headers (cubecl-cuda's NVRTC needs cuda_fp16.h & co. under $CUDA_PATH/include).
+        for sub in ("nvidia/cu13", "nvidia/cuda_runtime", "nvidia/cu12"):
+            if os.path.exists(os.path.join(r, sub, "include", "cuda_fp16.h")):
+                found["include_roots"].append(os.path.join(r, sub))
         for sub in ("nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib", "nvidia/cuda_cupti/lib", "nvidia/cu12/lib"):
             d = os.path.join(r, sub)
             if glob.glob(os.path.join(d, "libnvrtc.so*")):
@@ -878,6 +1039,8 @@ def cmd_all(a):
             s.add("overhead", "%s: training step" % label, None,
                   "recorded %s, after the window %s, no profiler %s (added %s/step)" % (
                       fmt_us(on), fmt_us(off), fmt_us(b), fmt_us(on - b) if (on is not None and b is not None) else "n/a"))
+    progress("step 5: burn-cuda example (issue 12), fusion off")
+    cmd_burn(s, stage, out, libs)
     s.print()
     progress("done in %.0fs (logs in %s)" % (time.monotonic() - T0, out))
     return 1 if s.failed() else 0

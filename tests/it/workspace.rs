@@ -127,6 +127,17 @@ const DEV_ALLOWED: &[(&str, &[&str])] = &[
     ("kinetrace-test-support", &[]),
 ];
 
+/// Crates kept out of the main workspace (so `cargo test --workspace` never builds their heavy
+/// dependencies), built from their own workspace, with the kinetrace crates they may depend on.
+const OUTSIDE: &[(&str, &str, &[&str])] = &[
+    // The burn/cubecl adapter: built and tested from examples/burn.
+    (
+        "crates/burn/Cargo.toml",
+        "kinetrace-burn",
+        &["kinetrace-core"],
+    ),
+];
+
 fn table<'a>(t: &'a [(&str, &'a [&'a str])], name: &str) -> &'a [&'a str] {
     t.iter()
         .find(|(n, _)| *n == name)
@@ -239,6 +250,60 @@ fn dependencies_point_the_right_way() {
     // The "up" check sees through the graph: the facade reaches cupti, not the other way round.
     assert!(reaches(&edges, "kinetrace-preload", "kinetrace-cupti"));
     assert!(!reaches(&edges, "kinetrace-cupti", "kinetrace"));
+}
+
+/// The main workspace never builds burn or cubecl (only examples/burn's own workspace does), and
+/// the crates outside it depend on what [`OUTSIDE`] allows.
+#[test]
+fn framework_crates_stay_outside_the_workspace() {
+    let edges = kinetrace_edges();
+    for (name, _, _) in &edges {
+        for (_, outside, _) in OUTSIDE {
+            assert_ne!(
+                name, outside,
+                "{outside} must not be a member of the main workspace"
+            );
+        }
+    }
+    let mut metadata = std::process::Command::new(env!("CARGO"));
+    metadata
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    let out = crate::util::output_within(metadata, std::time::Duration::from_secs(120));
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for pkg in meta["packages"].as_array().unwrap() {
+        for dep in pkg["dependencies"].as_array().unwrap() {
+            let d = dep["name"].as_str().unwrap();
+            assert!(
+                !(d.starts_with("burn") || d.starts_with("cubecl") || d.starts_with("candle")),
+                "{} depends on {d}: framework crates belong to the examples' own workspaces",
+                pkg["name"]
+            );
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (manifest, name, allowed) in OUTSIDE {
+        let text = std::fs::read_to_string(root.join(manifest)).unwrap();
+        assert!(
+            text.contains(&format!("name = \"{name}\"")),
+            "{manifest} names {name}"
+        );
+        for line in text.lines() {
+            let key = line.split('=').next().unwrap_or("").trim();
+            if key.starts_with("kinetrace") && key != "kinetrace-burn" {
+                assert!(
+                    allowed.contains(&key),
+                    "{name} must not depend on {key} ({manifest})"
+                );
+            }
+        }
+    }
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {

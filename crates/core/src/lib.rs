@@ -13,6 +13,7 @@ collector side. This crate has no vendor dependency.
 pub mod activity;
 pub mod clock;
 pub mod intern;
+pub mod launch;
 pub mod recorder;
 #[allow(unsafe_code)]
 pub mod ring;

@@ -175,7 +175,21 @@ pub fn is_active() -> bool {
 
 /// Turns recording on or off. Called by the session.
 pub fn set_active(on: bool) {
-    STATE.store(on, Ordering::Relaxed);
+    let was = STATE.swap(on, Ordering::Relaxed);
+    if on && !was {
+        // Relaxed: a tag compared for equality (launch.rs drops entries of earlier epochs).
+        EPOCH.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Counts the times recording was switched on (0 before the first).
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// Which stretch of recording this is: bumped each time recording goes from off to on, so state
+/// kept across windows (the launch queues of `launch.rs`) can tell an old window's leftovers.
+#[inline]
+pub fn recording_epoch() -> u64 {
+    EPOCH.load(Ordering::Relaxed)
 }
 
 /// Sets the capacity of rings created from now on.

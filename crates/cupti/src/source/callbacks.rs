@@ -13,7 +13,7 @@ use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use kinetrace_core::recorder;
+use kinetrace_core::{launch, recorder};
 use kinetrace_cupti_sys::v13 as sys;
 use kinetrace_cupti_sys::Cupti;
 
@@ -84,6 +84,23 @@ pub(super) fn names_of_completed_records() -> CStrNames {
     // SAFETY: the name fields of CUPTI's records are null or NUL-terminated strings CUPTI keeps
     // alive and unchanged for the life of the process (CStrNames' contract).
     unsafe { CStrNames::new() }
+}
+
+/// Driver-API callback ids of the calls that launch a kernel (from CUPTI's `cupti_driver_cbid.h`;
+/// checked against the generated name table in the tests below).
+const DRIVER_LAUNCHES: [u32; 6] = [
+    307, // cuLaunchKernel
+    442, // cuLaunchKernel_ptsz
+    477, // cuLaunchCooperativeKernel
+    478, // cuLaunchCooperativeKernel_ptsz
+    652, // cuLaunchKernelEx
+    653, // cuLaunchKernelEx_ptsz
+];
+
+/// Whether this API callback is a driver-API kernel launch.
+#[inline]
+fn is_kernel_launch(domain: u32, cbid: u32) -> bool {
+    domain == sys::CUPTI_CB_DOMAIN_DRIVER_API && DRIVER_LAUNCHES.contains(&cbid)
 }
 
 /// Registers [`buffer_requested`] and [`buffer_completed`] with `cupti`.
@@ -160,7 +177,7 @@ extern "C" fn buffer_completed(
 /// made in (in the thread's `PUSHED` and in the call's scratch word); the thread's first enter
 /// callback in a later subscription pops what is left, so old ids never label a later window's
 /// calls.
-extern "C" fn api_callback(userdata: *mut c_void, _domain: u32, _cbid: u32, cbdata: *const c_void) {
+extern "C" fn api_callback(userdata: *mut c_void, domain: u32, cbid: u32, cbdata: *const c_void) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         if userdata.is_null() || cbdata.is_null() {
             return;
@@ -194,7 +211,23 @@ extern "C" fn api_callback(userdata: *mut c_void, _domain: u32, _cbid: u32, cbda
                 }
                 depth = 0;
             }
-            let pushed = match recorder::current_external_id() {
+            // A kernel launch first asks the registered launch provider (runtimes that launch on
+            // a server thread, such as cubecl: the provider pairs this launch with the range that
+            // issued it). Asked for every launch, not only when the thread has no range open, so
+            // the provider's per-stream queue stays in step with the launches.
+            let provided = if is_kernel_launch(domain, cbid) {
+                let symbol = if data.symbolName.is_null() {
+                    None
+                } else {
+                    // SAFETY: CUPTI's symbol name for this launch, a NUL-terminated string valid
+                    // for the duration of the callback (checked non-null).
+                    Some(unsafe { std::ffi::CStr::from_ptr(data.symbolName) })
+                };
+                launch::provided_external_id(symbol)
+            } else {
+                None
+            };
+            let pushed = match provided.or_else(recorder::current_external_id) {
                 Some(id) => {
                     match activity::push_external_correlation_id(cupti, KINETRACE_EXTERNAL_KIND, id)
                     {
@@ -222,4 +255,31 @@ extern "C" fn api_callback(userdata: *mut c_void, _domain: u32, _cbid: u32, cbda
             }
         }
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kinetrace_cupti_sys::cbid::DRIVER_CBID_NAMES;
+
+    #[test]
+    fn launch_cbids_name_the_launch_calls() {
+        let names: Vec<&str> = DRIVER_LAUNCHES
+            .iter()
+            .map(|&c| DRIVER_CBID_NAMES[c as usize])
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "cuLaunchKernel",
+                "cuLaunchKernel_ptsz",
+                "cuLaunchCooperativeKernel",
+                "cuLaunchCooperativeKernel_ptsz",
+                "cuLaunchKernelEx",
+                "cuLaunchKernelEx_ptsz"
+            ]
+        );
+        assert!(is_kernel_launch(sys::CUPTI_CB_DOMAIN_DRIVER_API, 307));
+        assert!(!is_kernel_launch(sys::CUPTI_CB_DOMAIN_RUNTIME_API, 307));
+    }
 }

@@ -222,6 +222,19 @@ pub(crate) fn api_call_around(
     during: impl FnOnce(),
     body: impl FnOnce(&mut State, u32, u64, &mut Done),
 ) -> u32 {
+    api_call_full(domain, cbid, name, std::ptr::null(), during, body)
+}
+
+/// [`api_call_around`] whose callbacks carry `symbol` (a kernel launch's `symbolName`: null or a
+/// string interned for the life of the process).
+pub(crate) fn api_call_full(
+    domain: u32,
+    cbid: u32,
+    name: &'static CStr,
+    symbol: *const c_char,
+    during: impl FnOnce(),
+    body: impl FnOnce(&mut State, u32, u64, &mut Done),
+) -> u32 {
     let corr = {
         let mut s = state();
         let c = s.next_correlation;
@@ -242,6 +255,7 @@ pub(crate) fn api_call_around(
             let data = v13::CUpti_CallbackData {
                 callbackSite: site,
                 functionName: name.as_ptr(),
+                symbolName: symbol,
                 correlationId: corr,
                 correlationData: scratch as *mut u64,
                 ..Default::default()

@@ -9,9 +9,10 @@ use kinetrace_cupti_sys::v13;
 
 use crate::faults::at_least;
 use crate::machine::{
-    api_call, api_call_around, deliver, ensure_context, gpu_slot, held, intern_name, load_function,
-    state, subscribe, unsubscribe, write_record, BUFFERS_COMPLETED, FINALIZED, FOREIGN_HANDLE,
-    NULL_BEFORE_V27, RECORDS_DROPPED, RECORDS_WRITTEN, SUBSCRIBES, UNSUBSCRIBES, WRITTEN_BY_KIND,
+    api_call, api_call_around, api_call_full, deliver, ensure_context, gpu_slot, held, intern_name,
+    load_function, state, subscribe, unsubscribe, write_record, BUFFERS_COMPLETED, FINALIZED,
+    FOREIGN_HANDLE, NULL_BEFORE_V27, RECORDS_DROPPED, RECORDS_WRITTEN, SUBSCRIBES, UNSUBSCRIBES,
+    WRITTEN_BY_KIND,
 };
 use crate::records::{self, Copy, SyncRec};
 
@@ -48,14 +49,18 @@ pub extern "C" fn fake_cupti_launch_kernel(name: *const c_char, stream: u32, dur
     )
 }
 
-/// `cuLaunchKernel` (driver API) of `name` on `stream`.
+/// `cuLaunchKernel` (driver API) of `name` on `stream`; its callbacks carry `name` as the
+/// `symbolName`, as CUPTI's do for launches.
 #[no_mangle]
 pub extern "C" fn fake_cupti_driver_launch(name: *const c_char, stream: u32, dur_ns: u64) -> u32 {
     let name = with_cstr(name, "kernel");
-    api_call(
+    let symbol = intern_name(&mut state(), &name);
+    api_call_full(
         v13::CUPTI_CB_DOMAIN_DRIVER_API,
         307,
         c"cuLaunchKernel",
+        symbol,
+        || {},
         |s, corr, launch, done| {
             load_function(s, &name, launch, done);
             let n = intern_name(s, &name);
