@@ -11,7 +11,7 @@
 //! ```
 //!
 //! `--baseline N` first times N steps with no profiler running (the layer installed, idle), then
-//! the profiled run; the last line printed is a JSON summary with the mean step time of both, so
+//! the profiled run; the last line printed is a JSON summary with the median step time of both, so
 //! the time profiling adds per step can be read off.
 
 use std::time::Instant;
@@ -144,8 +144,10 @@ fn train_step(
     loss.to_scalar::<f32>()
 }
 
-fn mean_us(v: &[f64]) -> Option<f64> {
-    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+/// The median: one slow step (a page fault, another process) does not move it.
+fn median_us(v: &mut [f64]) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    (!v.is_empty()).then(|| v[v.len() / 2])
 }
 
 fn run(a: &Args) -> std::result::Result<(), Box<dyn std::error::Error>> {
@@ -216,8 +218,8 @@ fn run(a: &Args) -> std::result::Result<(), Box<dyn std::error::Error>> {
         "{{\"device\": \"{}\", \"linears_per_forward\": {LINEARS}, \"first_loss\": {}, \"last_loss\": {last_loss}, \"idle_step_us\": {}, \"recording_step_us\": {}, \"traces\": {}}}",
         if dev.is_cuda() { "cuda" } else { "cpu" },
         first_loss.unwrap_or(0.0),
-        mean_us(&idle).map_or("null".into(), |v| format!("{v:.1}")),
-        mean_us(&recording).map_or("null".into(), |v| format!("{v:.1}")),
+        median_us(&mut idle).map_or("null".into(), |v| format!("{v:.1}")),
+        median_us(&mut recording).map_or("null".into(), |v| format!("{v:.1}")),
         traces.iter().filter(|t| t.path.is_some()).count(),
     );
     Ok(())
