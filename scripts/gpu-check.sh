@@ -121,7 +121,8 @@ cmd_build() {
 }
 
 # candle's CUDA build (examples/candle --features cuda) here, without a CUDA toolkit or driver:
-# - nvcc and the headers from PyPI: CUDA 13.0, the oldest CUDA 13, so the PTX candle-kernels builds
+# - nvcc, NVVM and the headers from PyPI, all pinned to CUDA 13.0 (nvcc alone would pull the newest
+#   NVVM): the oldest CUDA 13, so the PTX candle-kernels builds
 #   loads on any CUDA 13 driver; cudarc is told the version (CUDARC_CUDA_VERSION=13000).
 # - candle-core turns on cudarc's `dynamic-linking`, so the binary links against libcuda, libcublas,
 #   libcublasLt, libcurand and libnvrtc. No driver is here and the libraries are large wheels, so it
@@ -129,7 +130,7 @@ cmd_build() {
 #   cudarc's bindings declare. At run time the GPU machine's driver (libcuda.so.1) and its PyTorch
 #   wheels (nvidia/cu13/lib: libcublas.so.13 & co) provide the real ones.
 # Keep the pins in sync with docs/frameworks.md.
-NVCC_WHEELS=("nvidia-cuda-nvcc==13.0.88" "nvidia-cuda-runtime~=13.0.0" "nvidia-cuda-crt~=13.0.0" "nvidia-cuda-cccl~=13.0.0")
+NVCC_WHEELS=("nvidia-cuda-nvcc==13.0.88" "nvidia-nvvm~=13.0.0" "nvidia-cuda-runtime~=13.0.0" "nvidia-cuda-crt~=13.0.0" "nvidia-cuda-cccl~=13.0.0")
 STUBS=("cu:libcuda.so.1:cuda" "cublasLt:libcublasLt.so.13:cublasLt" "cublas:libcublas.so.13:cublas"
     "curand:libcurand.so.10:curand" "nvrtc:libnvrtc.so.13:nvrtc")
 
