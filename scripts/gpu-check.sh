@@ -82,11 +82,15 @@ cmd_build() {
     done
     local candle_bin="$root/examples/candle/target-cuda/release/kinetrace-candle-example"
     if [[ "${GPU_CHECK_BUILD_CANDLE:-0}" == 1 ]]; then
-        install -m 755 "$candle_bin" "$stage/bin/"
+        # 54 MB (PTX text and the MoE kernels' SASS): gzipped to ~14 MB to fit the 64 MiB stage;
+        # the checker unpacks it into its output folder.
+        local tmp_bin="$stage/bin/kinetrace-candle-example"
+        install -m 755 "$candle_bin" "$tmp_bin"
         if command -v strip > /dev/null; then
-            strip --strip-debug "$stage/bin/kinetrace-candle-example" 2> /dev/null || true
+            strip --strip-debug "$tmp_bin" 2> /dev/null || true
         fi
-        echo "gpu-check: staged the candle example (cuda)"
+        gzip -6 -f "$tmp_bin"
+        echo "gpu-check: staged the candle example (cuda, gzipped: $(du -h "$tmp_bin.gz" | cut -f1))"
     fi
     install -m 644 "$root/gpu/check/gpu_check.py" "$stage/check/"
     install -m 644 "$root/gpu/kernels/kernels.cu" "$root/gpu/kernels/kernels.ptx" "$stage/kernels/"
@@ -125,8 +129,8 @@ cmd_build() {
 #   NVVM): the oldest CUDA 13, so the PTX candle-kernels builds
 #   loads on any CUDA 13 driver; cudarc is told the version (CUDARC_CUDA_VERSION=13000).
 # - candle-core turns on cudarc's `dynamic-linking`, so the binary links against libcuda, libcublas,
-#   libcublasLt, libcurand and libnvrtc. No driver is here and the libraries are large wheels, so it
-#   links against stubs: one shared object per library with the real soname, defining every function
+#   libcublasLt, libcurand and libnvrtc (and candle-kernels' MoE objects against libcudart, which the
+#   runtime wheel has). No driver is here and the libraries are large wheels, so it links against stubs: one shared object per library with the real soname, defining every function
 #   cudarc's bindings declare. At run time the GPU machine's driver (libcuda.so.1) and its PyTorch
 #   wheels (nvidia/cu13/lib: libcublas.so.13 & co) provide the real ones.
 # Keep the pins in sync with docs/frameworks.md.
@@ -180,6 +184,12 @@ print(next(p["manifest_path"] for p in m["packages"] if p["name"] == "cudarc").r
         cc -shared -fPIC -Wl,-soname,"$soname" -o "$stubs/lib$link.so" "$stubs/$link.c" \
             || die "building the $soname stub failed"
     done
+    # candle-kernels' static MoE kernels link the CUDA runtime: the real one from the runtime wheel
+    # (soname libcudart.so.13; the GPU machine's PyTorch wheels have it).
+    local cudart
+    cudart=$(ls "$venv"/lib/python3*/site-packages/nvidia/*/lib/libcudart.so.* 2> /dev/null | head -1)
+    [[ -n $cudart ]] || die "no libcudart.so.* in the nvidia-cuda-runtime wheel under $venv"
+    ln -sfn "$cudart" "$stubs/libcudart.so"
     echo "gpu-check: building examples/candle --features cuda (release; CUDA_COMPUTE_CAP=90, $("$cuda/bin/nvcc" --version | tail -1))"
     PATH="$cuda/bin:$PATH" CUDA_HOME="$cuda" CUDA_PATH="$cuda" NVCC="$cuda/bin/nvcc" CUDA_COMPUTE_CAP=90 \
         CUDARC_CUDA_VERSION=13000 CARGO_TARGET_DIR="$root/examples/candle/target-cuda" \
