@@ -5,10 +5,15 @@
 #                                    stages it, the kinetrace CLI and preload shim (if built:
 #                                    target/release/kinetrace, target/release/libkinetrace.so) and the
 #                                    Python checker into target/gpu-check/ (< 64 MiB). Set
-#                                    GPU_CHECK_BUILD_CLI=1 to build the CLI and the shim first, and
+#                                    GPU_CHECK_BUILD_CLI=1 to build the CLI and the shim first;
 #                                    GPU_CHECK_BUILD_BURN=1 to build and stage examples/burn with
 #                                    burn-cuda (`--features cuda`, fusion off; no nvcc needed: NVRTC
 #                                    and the CUDA headers are found at run time, in PyTorch's wheels).
+#                                    GPU_CHECK_BUILD_CANDLE=1 also builds examples/candle with its
+#                                    `cuda` feature (release; nvcc from the pinned PyPI wheels in
+#                                    target/nvcc-venv, CUDA_COMPUTE_CAP=90 for the H200) and stages
+#                                    it: `run` then trains it on the GPU and checks that every kernel
+#                                    carries the External id of the range that launched it.
 #   scripts/gpu-check.sh run [DIR]   there, on an NVIDIA machine with CUDA and PyTorch (no cargo):
 #                                    runs the staged workload, checks its trace, runs the same work
 #                                    and a training loop under torch.profiler (and under
@@ -59,6 +64,9 @@ cmd_build() {
         echo "gpu-check: building the kinetrace CLI and preload shim (release)"
         (cd "$root" && cargo build --release -p kinetrace-cli -p kinetrace-preload)
     fi
+    if [[ "${GPU_CHECK_BUILD_CANDLE:-0}" == 1 ]]; then
+        build_candle_cuda "$root"
+    fi
     rm -rf "$stage"
     mkdir -p "$stage/bin" "$stage/check" "$stage/kernels"
     install -m 755 "$root/gpu/target/release/kinetrace-gpu-workload" "$stage/bin/"
@@ -92,6 +100,18 @@ cmd_build() {
         fi
         echo "gpu-check: staged examples/burn (burn-cuda) as bin/kinetrace-burn-example-cuda"
     fi
+    local candle_bin="$root/examples/candle/target-cuda/release/kinetrace-candle-example"
+    if [[ "${GPU_CHECK_BUILD_CANDLE:-0}" == 1 ]]; then
+        # 54 MB (PTX text and the MoE kernels' SASS): gzipped to ~14 MB to fit the 64 MiB stage;
+        # the checker unpacks it into its output folder.
+        local tmp_bin="$stage/bin/kinetrace-candle-example"
+        install -m 755 "$candle_bin" "$tmp_bin"
+        if command -v strip > /dev/null; then
+            strip --strip-debug "$tmp_bin" 2> /dev/null || true
+        fi
+        gzip -6 -f "$tmp_bin"
+        echo "gpu-check: staged the candle example (cuda, gzipped: $(du -h "$tmp_bin.gz" | cut -f1))"
+    fi
     install -m 644 "$root/gpu/check/gpu_check.py" "$stage/check/"
     install -m 644 "$root/gpu/kernels/kernels.cu" "$root/gpu/kernels/kernels.ptx" "$stage/kernels/"
     install -m 755 "$root/scripts/gpu-check.sh" "$stage/gpu-check.sh"
@@ -122,6 +142,80 @@ cmd_build() {
     fi
     echo "gpu-check: staged $stage ($bytes bytes, $(du -sh "$stage" | cut -f1))"
     cat "$stage/MANIFEST"
+}
+
+# candle's CUDA build (examples/candle --features cuda) here, without a CUDA toolkit or driver:
+# - nvcc, NVVM and the headers from PyPI, all pinned to CUDA 13.0 (nvcc alone would pull the newest
+#   NVVM): the oldest CUDA 13, so the PTX candle-kernels builds
+#   loads on any CUDA 13 driver; cudarc is told the version (CUDARC_CUDA_VERSION=13000).
+# - candle-core turns on cudarc's `dynamic-linking`, so the binary links against libcuda, libcublas,
+#   libcublasLt, libcurand and libnvrtc (and candle-kernels' MoE objects against libcudart, which the
+#   runtime wheel has). No driver is here and the libraries are large wheels, so it links against stubs: one shared object per library with the real soname, defining every function
+#   cudarc's bindings declare. At run time the GPU machine's driver (libcuda.so.1) and its PyTorch
+#   wheels (nvidia/cu13/lib: libcublas.so.13 & co) provide the real ones.
+# Keep the pins in sync with docs/frameworks.md.
+NVCC_WHEELS=("nvidia-cuda-nvcc==13.0.88" "nvidia-nvvm~=13.0.0" "nvidia-cuda-runtime~=13.0.0" "nvidia-cuda-crt~=13.0.0" "nvidia-cuda-cccl~=13.0.0")
+STUBS=("cu:libcuda.so.1:cuda" "cublasLt:libcublasLt.so.13:cublasLt" "cublas:libcublas.so.13:cublas"
+    "curand:libcurand.so.10:curand" "nvrtc:libnvrtc.so.13:nvrtc")
+
+build_candle_cuda() {
+    local root=$1 venv="$1/target/nvcc-venv"
+    local cuda="$venv/cuda" stubs="$venv/stubs"
+    command -v cc > /dev/null || die "cc not found: the candle CUDA build links against stub libraries built with cc"
+    if [[ ! -x "$cuda/bin/nvcc" ]]; then
+        echo "gpu-check: installing nvcc from PyPI (${NVCC_WHEELS[*]}) into $venv"
+        python3 -m venv "$venv" || die "python3 -m venv failed: the candle CUDA build needs nvcc from PyPI"
+        "$venv/bin/pip" install --quiet "${NVCC_WHEELS[@]}" || die "pip could not install ${NVCC_WHEELS[*]}"
+        # One CUDA root as cudaforge and cudarc expect it: bin/nvcc, nvvm/, include/ from the wheels
+        # (CUDA 13 wheels share nvidia/cu13/; older layouts have a folder per package).
+        local nv d
+        nv=$(echo "$venv"/lib/python3*/site-packages/nvidia)
+        rm -rf "$cuda" && mkdir -p "$cuda/include"
+        for d in "$nv"/*/; do
+            if [[ -x "$d/bin/nvcc" ]]; then
+                ln -sfn "$d/bin" "$cuda/bin"
+                ln -sfn "$d/nvvm" "$cuda/nvvm"
+            fi
+            if [[ -d "$d/include" ]]; then
+                cp -rs "$d/include/." "$cuda/include/"
+            fi
+        done
+        [[ -x "$cuda/bin/nvcc" ]] || die "no nvcc in the installed wheels under $nv"
+    fi
+    # The stubs, from the function names in cudarc's bindings (extra names are harmless).
+    local cudarc
+    cudarc=$(cargo metadata --locked --format-version 1 --manifest-path "$root/examples/candle/Cargo.toml" \
+        --features cuda | python3 -c 'import json, sys
+m = json.load(sys.stdin)
+print(next(p["manifest_path"] for p in m["packages"] if p["name"] == "cudarc").rsplit("/", 1)[0])') \
+        || die "cargo metadata could not locate cudarc's sources"
+    rm -rf "$stubs" && mkdir -p "$stubs"
+    local spec prefix soname link names
+    for spec in "${STUBS[@]}"; do
+        IFS=: read -r prefix soname link <<< "$spec"
+        names=$(grep -rhoE "fn ${prefix}[A-Za-z0-9_]*\(" "$cudarc/src" | sed 's/^fn //; s/($//' | sort -u)
+        if [[ $prefix == cublas ]]; then
+            names=$(grep -v '^cublasLt' <<< "$names")
+        elif [[ $prefix == cu ]]; then
+            names=$(grep -E '^cu[A-Z]' <<< "$names")
+        fi
+        [[ -n $names ]] || die "no ${prefix}* functions found in $cudarc/src"
+        sed 's/.*/void &(void) {}/' <<< "$names" > "$stubs/$link.c"
+        cc -shared -fPIC -Wl,-soname,"$soname" -o "$stubs/lib$link.so" "$stubs/$link.c" \
+            || die "building the $soname stub failed"
+    done
+    # candle-kernels' static MoE kernels link the CUDA runtime: the real one from the runtime wheel
+    # (soname libcudart.so.13; the GPU machine's PyTorch wheels have it).
+    local cudart
+    cudart=$(ls "$venv"/lib/python3*/site-packages/nvidia/*/lib/libcudart.so.* 2> /dev/null | head -1)
+    [[ -n $cudart ]] || die "no libcudart.so.* in the nvidia-cuda-runtime wheel under $venv"
+    ln -sfn "$cudart" "$stubs/libcudart.so"
+    echo "gpu-check: building examples/candle --features cuda (release; CUDA_COMPUTE_CAP=90, $("$cuda/bin/nvcc" --version | tail -1))"
+    PATH="$cuda/bin:$PATH" CUDA_HOME="$cuda" CUDA_PATH="$cuda" NVCC="$cuda/bin/nvcc" CUDA_COMPUTE_CAP=90 \
+        CUDARC_CUDA_VERSION=13000 CARGO_TARGET_DIR="$root/examples/candle/target-cuda" \
+        RUSTFLAGS="-L native=$stubs" \
+        cargo build --release --locked --features cuda --manifest-path "$root/examples/candle/Cargo.toml" \
+        || die "the candle CUDA build failed (see above)"
 }
 
 # Is there a usable NVIDIA driver with a device? One clear line if not.

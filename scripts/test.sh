@@ -22,6 +22,13 @@ cargo test --workspace --locked
 step "examples/burn (own workspace: burn 0.22.1 on the CPU + kinetrace-burn; fmt, clippy, tests)"
 bash scripts/burn-example.sh
 
+# examples/candle is its own workspace (candle 0.11.1 stays out of the main lock and build). Dev
+# profile; a cold build of candle-core/-nn/-transformers is the cost (docs/frameworks.md has it).
+step "examples/candle: fmt, clippy, tests (a candle training loop under the profiler)"
+cargo fmt --manifest-path examples/candle/Cargo.toml -- --check
+cargo clippy --manifest-path examples/candle/Cargo.toml --all-targets --locked -- -D warnings
+cargo test --manifest-path examples/candle/Cargo.toml --locked
+
 step "GPU check script self-test (the trace checker run on GPU machines)"
 python3 gpu/check/gpu_check.py selftest
 

@@ -298,6 +298,69 @@ def rocm_trace_checks(tr):
     return res
 
 
+def innermost_range(ranges_by_tid, api):
+    """The innermost user_annotation / cpu_op on the API call's thread whose span holds the call."""
+    ts, end = float(api["ts"]), float(api["ts"]) + float(api.get("dur", 0))
+    best = None
+    for r in ranges_by_tid.get((api.get("pid"), api.get("tid")), []):
+        a = float(r["ts"])
+        b = a + float(r.get("dur", 0))
+        if a <= ts + 1e-3 and end <= b + 1e-3 and (best is None or float(best["ts"]) <= a):
+            if best is not None and float(best["ts"]) == a and float(r.get("dur", 0)) > float(best.get("dur", 0)):
+                continue
+            best = r
+    return best
+
+
+def candle_checks(tr, recorded_steps, linears_per_forward):
+    """The checks of the candle example's trace (examples/candle, `cuda` build): every kernel carries
+    the External id of the innermost range open on the thread that launched it (a `linear` for the
+    forward's matmuls, `backward`, `optimizer`...), each recorded forward's `linear` ranges launched
+    kernels, and kernel counts per step are stable. Returns [(name, ok, detail)]."""
+    res = []
+
+    def add(name, ok, detail):
+        res.append((name, bool(ok), detail))
+
+    kernels = [e for e in tr.gpu if e.get("cat") == "kernel"]
+    add("kernels recorded", kernels, "%d kernels, %d API calls" % (len(kernels), len(tr.api)))
+    got = sorted(n for n, _, _, _ in tr.steps)
+    add("recorded steps", got == sorted(recorded_steps), "trace ProfilerStep# %s, expected %s" % (got, sorted(recorded_steps)))
+    ranges_by_tid = collections.defaultdict(list)
+    for e in tr.events:
+        if e.get("ph") == "X" and e.get("cat") in ("user_annotation", "cpu_op"):
+            ranges_by_tid[(e.get("pid"), e.get("tid"))].append(e)
+    no_ext, no_api, wrong, by_range = [], [], [], collections.Counter()
+    under_linear = collections.Counter()  # step -> kernels launched inside a `linear`
+    for k in kernels:
+        a = k.get("args") or {}
+        x = a.get("External id")
+        if x is None or x not in tr.annotations:
+            no_ext.append("%s(ext %s)" % (k["name"][:40], x))
+        api = tr.api_by_corr.get(a.get("correlation"))
+        if api is None:
+            no_api.append(k["name"][:40])
+            continue
+        r = innermost_range(ranges_by_tid, api)
+        if r is None or (r.get("args") or {}).get("External id") != x:
+            wrong.append("%s: ext %s, launched in %s (ext %s)" % (
+                k["name"][:40], x, r and r.get("name"), r and (r.get("args") or {}).get("External id")))
+            continue
+        by_range[r.get("name")] += 1
+        if r.get("name") == "linear":
+            under_linear[tr.step_of_ts(float(api["ts"]))] += 1
+    add("every kernel carries a range's External id", not no_ext, "%d of %d without %s" % (len(no_ext), len(kernels), no_ext[:3]))
+    add("a launch call per kernel", not no_api, "%d of %d without %s" % (len(no_api), len(kernels), no_api[:3]))
+    add("External id = innermost range of the launch", not wrong,
+        "%d of %d off %s; kernels by range %s" % (len(wrong), len(kernels), wrong[:2], dict(by_range)))
+    short = [n for n in recorded_steps if under_linear.get(n, 0) < linears_per_forward]
+    add("kernels under each `linear`", not short,
+        "per step %s (>= %d expected: a matmul per linear)" % (dict(under_linear), linears_per_forward))
+    per = per_step_kernels(tr)
+    add("kernel counts per step stable", per and len(set(per.values())) == 1, "per step %s" % per)
+    return res
+
+
 # --------------------------------------------------------------------------------------------------
 # A synthetic trace in the workload's shape (self-test without a GPU)
 
@@ -582,8 +645,78 @@ def selftest(out_dir):
         if not ok:
             failures += 1
     failures += burn_selftest()
+    # The candle checks, on a trace in the example's shape.
+    ct = synth_candle_trace([2, 3, 4])
+    res = candle_checks(Trace(ct), [2, 3, 4], 3)
+    bad = [r for r in res if not r[1]]
+    print("selftest: clean synthetic candle trace: %d checks, %d failed" % (len(res), len(bad)))
+    for r in bad:
+        print("  unexpected failure: %s: %s" % (r[0], r[2]))
+    failures += len(bad)
+
+    def linear_kernel(t):
+        return first(t["traceEvents"], lambda e: e.get("cat") == "kernel" and e["name"].startswith("gemm"))
+
+    def forward_ext(t):
+        return t["traceEvents"][first(t["traceEvents"], lambda e: e.get("name") == "forward")]["args"]["External id"]
+
+    for what, mutate, expect_fail in [
+        ("a gemm labelled with forward, not its linear",
+         lambda t: t["traceEvents"][linear_kernel(t)]["args"].__setitem__("External id", forward_ext(t)),
+         "External id = innermost range of the launch"),
+        ("a kernel without an External id",
+         lambda t: t["traceEvents"][linear_kernel(t)]["args"].pop("External id"),
+         "every kernel carries a range's External id"),
+        ("an extra kernel in one step",
+         lambda t: t["traceEvents"].append(dict(t["traceEvents"][linear_kernel(t)])),
+         "kernel counts per step stable"),
+    ]:
+        t = copy.deepcopy(ct)
+        mutate(t)
+        failed = {r[0] for r in candle_checks(Trace(t), [2, 3, 4], 3) if not r[1]}
+        ok = expect_fail in failed
+        print("selftest: %-42s -> %s" % (what, "caught by '%s'" % expect_fail if ok else "NOT caught (failed: %s)" % sorted(failed)))
+        if not ok:
+            failures += 1
     print("selftest: %s" % ("passed" if failures == 0 else "%d problem(s)" % failures))
     return 0 if failures == 0 else 1
+
+
+def synth_candle_trace(steps, pid=77, tid=77, base=2_000_000.0):
+    """A trace in the candle example's shape: per step, forward > mlp > 3 x linear (each launching a
+    gemm through cuLaunchKernel), then backward (2 kernels) and optimizer (1 kernel)."""
+    evs = []
+    ids = iter(range(1000, 100000))
+    corr = iter(range(1, 100000))
+
+    def rng(name, ts, dur):
+        e = {"ph": "X", "cat": "user_annotation", "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+             "args": {"External id": next(ids)}}
+        evs.append(e)
+        return e["args"]["External id"]
+
+    def launch(kname, ts, ext):
+        c = next(corr)
+        evs.append({"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernel", "pid": pid, "tid": tid, "ts": ts,
+                    "dur": 5.0, "args": {"correlation": c, "External id": ext, "cbid": 307}})
+        evs.append({"ph": "X", "cat": "kernel", "name": kname, "pid": 0, "tid": 7, "ts": ts + 20.0, "dur": 10.0,
+                    "args": {"correlation": c, "External id": ext, "stream": 7, "device": 0}})
+
+    for i, n in enumerate(steps):
+        t0 = base + i * 1000.0
+        rng("ProfilerStep#%d" % n, t0, 900.0)
+        fwd = rng("forward", t0 + 10, 300.0)
+        rng("mlp", t0 + 20, 280.0)
+        for j in range(3):
+            lin = rng("linear", t0 + 30 + j * 80, 70.0)
+            launch("gemm_%d" % j, t0 + 40 + j * 80, lin)
+        _ = fwd
+        bwd = rng("backward", t0 + 320, 300.0)
+        launch("bwd_a", t0 + 330, bwd)
+        launch("bwd_b", t0 + 400, bwd)
+        opt = rng("optimizer", t0 + 630, 200.0)
+        launch("adamw", t0 + 640, opt)
+    return {"schemaVersion": 1, "traceEvents": evs}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -906,7 +1039,7 @@ def cmd_all(a):
     iters = a.iterations
 
     # 1. The cudarc workload under kinetrace.
-    progress("step 1/4: cudarc workload under kinetrace (%d recorded iterations)" % iters)
+    progress("step 1/5: cudarc workload under kinetrace (%d recorded iterations)" % iters)
     wl_out = os.path.join(out, "kinetrace-workload")
     shutil.rmtree(wl_out, ignore_errors=True)
     exe = os.path.join(stage, "bin", "kinetrace-gpu-workload")
@@ -948,7 +1081,7 @@ def cmd_all(a):
                   fmt_us((wl.get("wall_us_per_iter_on") or {}).get("median")), wl.get("launches_per_iter", 0)))
 
     # 2. The same work in PyTorch under torch.profiler.
-    progress("step 2/4: the same work in PyTorch under torch.profiler")
+    progress("step 2/5: the same work in PyTorch under torch.profiler")
     t_out = os.path.join(out, "torch-plain")
     shutil.rmtree(t_out, ignore_errors=True)
     rc, so, se = run_child([py, me, "torch-workload", "--mode", "plain", "--profiler", "torch", "--iterations", str(iters),
@@ -995,7 +1128,7 @@ def cmd_all(a):
     else:
         start, active, n = 2, 3, a.train_iterations
         common = ["--mode", "train", "--iterations", str(n), "--start", str(start), "--active", str(active)]
-        progress("step 3/4: training loop, no profiler (baseline) and under torch.profiler")
+        progress("step 3/5: training loop, no profiler (baseline) and under torch.profiler")
         tb_out = os.path.join(out, "train-baseline")
         rc, so, se = run_child([py, me, "torch-workload", "--profiler", "none-baseline", "--out", tb_out] + common, 120,
                                env=torch_env(), log=os.path.join(out, "train-baseline.log"))
@@ -1006,7 +1139,7 @@ def cmd_all(a):
                                env=torch_env(), log=os.path.join(out, "train-torch.log"))
         tt = last_json(so) or {}
         s.add("train torch.profiler", "ran", rc == 0 and bool(tt.get("traces")), "rc %d, %s" % (rc, tt.get("traces")))
-        progress("step 4/4: training loop under `kinetrace record --iterations %d --start-iteration %d`" % (active, start))
+        progress("step 4/5: training loop under `kinetrace record --iterations %d --start-iteration %d`" % (active, start))
         kr_out = os.path.join(out, "train-kinetrace")
         shutil.rmtree(kr_out, ignore_errors=True)
         env = torch_env()
@@ -1039,11 +1172,78 @@ def cmd_all(a):
             s.add("overhead", "%s: training step" % label, None,
                   "recorded %s, after the window %s, no profiler %s (added %s/step)" % (
                       fmt_us(on), fmt_us(off), fmt_us(b), fmt_us(on - b) if (on is not None and b is not None) else "n/a"))
-    progress("step 5: burn-cuda example (issue 12), fusion off")
+    candle_step(s, stage, out, libs)
+    progress("step 6: burn-cuda example (issue 12), fusion off")
     cmd_burn(s, stage, out, libs)
     s.print()
     progress("done in %.0fs (logs in %s)" % (time.monotonic() - T0, out))
     return 1 if s.failed() else 0
+
+
+def nvidia_lib_dirs():
+    """Every nvidia/*/lib folder of the installed NVIDIA wheels (cuBLAS, cuRAND, NVRTC for candle's
+    cudarc, which dlopens them by soname)."""
+    import site
+
+    roots = []
+    try:
+        roots += site.getsitepackages()
+    except AttributeError:
+        pass
+    roots += [p for p in sys.path if p.endswith("-packages")]
+    dirs = []
+    for r in dict.fromkeys(roots):
+        dirs += sorted(d for d in glob.glob(os.path.join(r, "nvidia", "*", "lib")) if os.path.isdir(d))
+    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if home and os.path.isdir(os.path.join(home, "lib64")):
+            dirs.append(os.path.join(home, "lib64"))
+    return list(dict.fromkeys(dirs))
+
+
+CANDLE_LINEARS = 3  # examples/candle: three with_tracing::linear enters per forward
+
+
+def candle_step(s, stage, out, libs):
+    """Step 5: the candle training loop (examples/candle, `cuda` feature, staged when built with
+    GPU_CHECK_BUILD_CANDLE=1): every kernel under the range that launched it, stable kernel counts
+    per step, and the time profiling adds per step."""
+    packed = os.path.join(stage, "bin", "kinetrace-candle-example.gz")
+    if not os.path.exists(packed):
+        progress("step 5 skipped: no candle example staged (GPU_CHECK_BUILD_CANDLE=1 at build stages it)")
+        s.add("candle", "training loop (cuda)", None, "SKIPPED: not staged (GPU_CHECK_BUILD_CANDLE=1 scripts/gpu-check.sh build)")
+        return
+    progress("step 5: candle 0.11.1 training loop on CUDA under kinetrace")
+    c_out = os.path.join(out, "candle")
+    shutil.rmtree(c_out, ignore_errors=True)
+    # Staged gzipped (the stage must stay under 64 MiB): unpack next to the output.
+    os.makedirs(out, exist_ok=True)
+    exe = os.path.join(out, "kinetrace-candle-example")
+    with gzip.open(packed, "rb") as src, open(exe, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    os.chmod(exe, 0o755)
+    active = 5
+    env = workload_env(libs)
+    env["LD_LIBRARY_PATH"] = ":".join(nvidia_lib_dirs() + [p for p in [env.get("LD_LIBRARY_PATH")] if p])
+    if libs["cupti"] and "KINETRACE_CUPTI_PATH" not in env:
+        env["KINETRACE_CUPTI_PATH"] = libs["cupti"][0]
+    cmd = [exe, "--out", c_out, "--active", str(active), "--baseline", "20", "--batch", "256", "--hidden", "1024"]
+    rc, so, se = run_child(cmd, 150, env=env, log=os.path.join(out, "candle.log"))
+    r = last_json(so) or {}
+    s.add("candle", "ran on CUDA", rc == 0 and r.get("device") == "cuda",
+          "rc %d; device %s; loss %s -> %s" % (rc, r.get("device"), r.get("first_loss"), r.get("last_loss")))
+    traces = find_traces(c_out)
+    s.add("candle", "one trace written", len(traces) == 1, ", ".join(traces) or "none")
+    if len(traces) == 1:
+        tr = Trace(load_trace(traces[0]), traces[0])
+        for name, ok, detail in candle_checks(tr, list(range(2, 2 + active)), CANDLE_LINEARS):
+            s.add("candle trace", name, ok, detail)
+        for name, ok, detail in check_trace(tr, {}, span_name="any"):
+            if name in ("correlation ids", "runtime/driver call per GPU record", "durations > 0",
+                        "GPU records within their step", "no dropped events"):
+                s.add("candle trace", name, ok, detail)
+    idle, rec = r.get("idle_step_us"), r.get("recording_step_us")
+    s.add("overhead", "candle: training step", None, "recorded %s, no profiler running %s (added %s/step)" % (
+        fmt_us(rec), fmt_us(idle), fmt_us(rec - idle) if (rec is not None and idle is not None) else "n/a"))
 
 
 def cmd_rocm(a):

@@ -27,9 +27,10 @@ use crate::result::{self, activity, CuptiError, Optional, Subscriber};
 static SUBSCRIPTION: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
-    /// (subscription, External ids this thread pushed in it and has not popped yet). No destructor
-    /// and a const initialiser: free to use from CUPTI callbacks on any thread.
-    static PUSHED: Cell<(u64, u32)> = const { Cell::new((0, 0)) };
+    /// (subscription, External ids this thread pushed in it and has not popped yet, the id on top
+    /// of CUPTI's stack if the last change was our push, else 0). No destructor and a const initialiser: free to use from CUPTI callbacks on any
+    /// thread.
+    static PUSHED: Cell<(u64, u32, u64)> = const { Cell::new((0, 0, 0)) };
 }
 
 /// Failures of one CUPTI call made inside a callback: how many, and the last code.
@@ -177,6 +178,12 @@ extern "C" fn buffer_completed(
 /// made in (in the thread's `PUSHED` and in the call's scratch word); the thread's first enter
 /// callback in a later subscription pops what is left, so old ids never label a later window's
 /// calls.
+///
+/// Runtime and driver domains share this callback. A call made while an enclosing call of this
+/// thread already pushed the same id (`cudaLaunchKernel` reaching `cuLaunchKernel`) pushes nothing:
+/// that id is still the top of CUPTI's stack, so the inner call's records carry it anyway, and the
+/// pair costs one push and one pop. Driver-API launches made directly (cudarc, as candle does;
+/// cuBLAS) are outermost calls and push like runtime ones.
 extern "C" fn api_callback(userdata: *mut c_void, domain: u32, cbid: u32, cbdata: *const c_void) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         if userdata.is_null() || cbdata.is_null() {
@@ -197,7 +204,7 @@ extern "C" fn api_callback(userdata: *mut c_void, domain: u32, cbid: u32, cbdata
                 POP_ERRORS.note(&r);
             }
         };
-        let Ok((tag, depth)) = PUSHED.try_with(Cell::get) else {
+        let Ok((tag, depth, last)) = PUSHED.try_with(Cell::get) else {
             return;
         };
         if data.callbackSite == sys::CUPTI_API_ENTER {
@@ -227,7 +234,10 @@ extern "C" fn api_callback(userdata: *mut c_void, domain: u32, cbid: u32, cbdata
             } else {
                 None
             };
-            let pushed = match provided.or_else(recorder::current_external_id) {
+            let current = provided.or_else(recorder::current_external_id);
+            let pushed = match current {
+                // Nested in a call of ours that pushed this very id: already on top.
+                Some(id) if depth > 0 && id == last => false,
                 Some(id) => {
                     match activity::push_external_correlation_id(cupti, KINETRACE_EXTERNAL_KIND, id)
                     {
@@ -240,7 +250,11 @@ extern "C" fn api_callback(userdata: *mut c_void, domain: u32, cbid: u32, cbdata
                 }
                 None => false,
             };
-            let _ = PUSHED.try_with(|p| p.set((now, depth + pushed as u32)));
+            let last = match (pushed, current) {
+                (true, Some(id)) => id,
+                _ => last,
+            };
+            let _ = PUSHED.try_with(|p| p.set((now, depth + pushed as u32, last)));
             if !scratch.is_null() {
                 // SAFETY: CUPTI's per-call scratch word, valid from enter to exit of this call.
                 unsafe { *scratch = if pushed { now } else { 0 } };
@@ -251,7 +265,8 @@ extern "C" fn api_callback(userdata: *mut c_void, domain: u32, cbid: u32, cbdata
             // Only a push of the thread's current subscription is still on the stack.
             if pushed_in != 0 && pushed_in == tag && depth > 0 {
                 pop();
-                let _ = PUSHED.try_with(|p| p.set((tag, depth - 1)));
+                // The new top is not tracked (ids are never 0): an inner call pushes again.
+                let _ = PUSHED.try_with(|p| p.set((tag, depth - 1, 0)));
             }
         }
     }));

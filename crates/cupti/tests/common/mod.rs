@@ -85,6 +85,39 @@ impl Fake {
         // SAFETY: the fake's entry point, called with plain values / valid pointers.
         unsafe { f(c.as_ptr(), stream, 5_000) }
     }
+    /// `cudaLaunchKernel` reaching `cuLaunchKernel` inside it: (runtime corr, driver corr).
+    pub fn kernel_via_driver(&self, name: &str, stream: u32) -> (u32, u32) {
+        let c = std::ffi::CString::new(name).unwrap();
+        let f = sym!(
+            self,
+            b"fake_cupti_launch_kernel_nested\0",
+            unsafe extern "C" fn(*const i8, u32, u64, *mut u32) -> u32
+        );
+        let mut driver = 0;
+        // SAFETY: the fake's entry point, called with plain values / valid pointers.
+        let runtime = unsafe { f(c.as_ptr(), stream, 5_000, &mut driver) };
+        (runtime, driver)
+    }
+    /// External-correlation pushes the fake has seen, on any thread.
+    pub fn external_pushes(&self) -> u64 {
+        let f = sym!(
+            self,
+            b"fake_cupti_external_pushes\0",
+            unsafe extern "C" fn() -> u64
+        );
+        // SAFETY: the fake's entry point, no arguments.
+        unsafe { f() }
+    }
+    /// External ids left on this thread's CUPTI stack.
+    pub fn external_depth(&self) -> u32 {
+        let f = sym!(
+            self,
+            b"fake_cupti_external_depth\0",
+            unsafe extern "C" fn() -> u32
+        );
+        // SAFETY: the fake's entry point, no arguments.
+        unsafe { f() }
+    }
     pub fn graph(&self, graph_id: u32, nodes: u32, stream: u32) -> u32 {
         let f = sym!(
             self,

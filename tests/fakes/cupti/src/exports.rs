@@ -10,7 +10,7 @@ use kinetrace_cupti_sys::v13;
 use crate::faults::{at_least, config, fails, slow_reader};
 use crate::machine::{
     complete_all, now_ns, state, subscribe, unsubscribe, write_context, write_devices, ApiCallback,
-    Complete, Done, Request, CLIENT_HANDLE, EXTERNAL, FINALIZED,
+    Complete, Done, Request, CLIENT_HANDLE, EXTERNAL, EXTERNAL_PUSHES, FINALIZED,
 };
 use crate::records::{record_size, UNKNOWN_KIND};
 use crate::{INVALID_PARAMETER, MAX_LIMIT_REACHED, MULTIPLE_SUBSCRIBERS, SUCCESS};
@@ -282,6 +282,7 @@ pub extern "C" fn cuptiActivityPushExternalCorrelationId(kind: u32, id: u64) -> 
         return c;
     }
     EXTERNAL.with(|e| e.borrow_mut().push((kind, id)));
+    EXTERNAL_PUSHES.fetch_add(1, Ordering::Relaxed);
     SUCCESS
 }
 

@@ -61,6 +61,9 @@ pub(crate) static FINALIZED: AtomicU32 = AtomicU32::new(0);
 pub(crate) static NULL_BEFORE_V27: AtomicU64 = AtomicU64::new(0);
 pub(crate) static SUBSCRIBES: AtomicU64 = AtomicU64::new(0);
 pub(crate) static UNSUBSCRIBES: AtomicU64 = AtomicU64::new(0);
+/// Successful `cuptiActivityPushExternalCorrelationId` calls (a client pushing once per outermost
+/// API call, not once per nested one, shows here).
+pub(crate) static EXTERNAL_PUSHES: AtomicU64 = AtomicU64::new(0);
 /// Records written into client buffers, by kind (every kind the fake writes is below 64).
 pub(crate) static WRITTEN_BY_KIND: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
 

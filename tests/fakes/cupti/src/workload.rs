@@ -10,9 +10,9 @@ use kinetrace_cupti_sys::v13;
 use crate::faults::at_least;
 use crate::machine::{
     api_call, api_call_around, api_call_full, deliver, ensure_context, gpu_slot, held, intern_name,
-    load_function, state, subscribe, unsubscribe, write_record, BUFFERS_COMPLETED, FINALIZED,
-    FOREIGN_HANDLE, NULL_BEFORE_V27, RECORDS_DROPPED, RECORDS_WRITTEN, SUBSCRIBES, UNSUBSCRIBES,
-    WRITTEN_BY_KIND,
+    load_function, state, subscribe, unsubscribe, write_record, BUFFERS_COMPLETED, EXTERNAL,
+    EXTERNAL_PUSHES, FINALIZED, FOREIGN_HANDLE, NULL_BEFORE_V27, RECORDS_DROPPED, RECORDS_WRITTEN,
+    SUBSCRIBES, UNSUBSCRIBES, WRITTEN_BY_KIND,
 };
 use crate::records::{self, Copy, SyncRec};
 
@@ -68,6 +68,57 @@ pub extern "C" fn fake_cupti_driver_launch(name: *const c_char, stream: u32, dur
             write_record(s, &records::kernel(corr, n, stream, time, 0, 0), true, done);
         },
     )
+}
+
+/// `cudaLaunchKernel` of `name` that reaches the driver's `cuLaunchKernel` inside it: the driver
+/// call's enter/exit callbacks, external-correlation and DRIVER records nest inside the runtime
+/// call's, and the kernel record carries the runtime call's correlation id. Returns the runtime
+/// call's correlation id and writes the driver call's to `driver_corr` (if non-null).
+#[no_mangle]
+pub unsafe extern "C" fn fake_cupti_launch_kernel_nested(
+    name: *const c_char,
+    stream: u32,
+    dur_ns: u64,
+    driver_corr: *mut u32,
+) -> u32 {
+    let name = with_cstr(name, "kernel");
+    let mut inner = 0;
+    let corr = api_call_around(
+        v13::CUPTI_CB_DOMAIN_RUNTIME_API,
+        211,
+        LAUNCH,
+        || {
+            inner = api_call(
+                v13::CUPTI_CB_DOMAIN_DRIVER_API,
+                307,
+                c"cuLaunchKernel",
+                |_, _, _, _| {},
+            )
+        },
+        |s, corr, launch, done| {
+            load_function(s, &name, launch, done);
+            let n = intern_name(s, &name);
+            let time = gpu_slot(s, stream, launch, dur_ns);
+            write_record(s, &records::kernel(corr, n, stream, time, 0, 0), true, done);
+        },
+    );
+    if !driver_corr.is_null() {
+        // SAFETY: a valid out-pointer from the caller (checked non-null).
+        unsafe { *driver_corr = inner };
+    }
+    corr
+}
+
+/// Successful external-correlation pushes so far, on any thread.
+#[no_mangle]
+pub extern "C" fn fake_cupti_external_pushes() -> u64 {
+    EXTERNAL_PUSHES.load(Ordering::Relaxed)
+}
+
+/// External ids left on the calling thread's stack (any kind).
+#[no_mangle]
+pub extern "C" fn fake_cupti_external_depth() -> u32 {
+    EXTERNAL.with(|e| e.borrow().len() as u32)
 }
 
 /// `cudaGraphLaunch` of a graph with `nodes` kernel nodes: one kernel record per node, all with the
