@@ -110,6 +110,10 @@ def _enable_recorder(torch, lib, shapes):
 
                 _ext_lib = _ext.load(torch)
                 _log(lib, "PyTorch ops through the compiled RecordFunction recorder")
+                # A forked child (a DataLoader worker) profiles nothing: it drops the callback it
+                # inherited rather than pay for it on every op (the parent's window close does
+                # not reach it).
+                os.register_at_fork(after_in_child=_disable_recorder)
             except Exception as e:
                 _ext_lib = False
                 _log(lib, "PyTorch ops through NVTX ranges (costlier per op): %s" % (e,))

@@ -489,3 +489,36 @@ def test_pytorch_ops_fall_back_to_nvtx_when_the_recorder_cannot_build(built, tmp
     _, xs = _x_events(trace)
     ops = _framework_ops(xs)
     assert ops["aten::addmm"] == ("cpu_op", 9) and ops["AddmmBackward0"] == ("cpu_op", 9), ops
+
+
+FORK = r"""
+import os
+import torch
+import kinetrace
+from kinetrace import _torch
+
+kinetrace.step()  # the whole run is the window: the recorder's callback is on from here
+torch.add(torch.ones(1), torch.ones(1))
+print("parent", _torch._ext_handle != 0)
+pid = os.fork()
+if pid == 0:
+    print("child", _torch._ext_handle != 0, flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+print("parent", _torch._ext_handle != 0)
+"""
+
+
+def test_a_forked_child_drops_the_recorders_callback(built, tmp_path):
+    if not built["recorder"]:
+        pytest.skip(f"the op recorder did not build here: {built['recorder_error']}")
+    script = tmp_path / "fork.py"
+    script.write_text(FORK)
+    rec = _run(
+        [str(built["kinetrace"]), "record", "-o", str(tmp_path / "traces"), "--log",
+         str(tmp_path / "kinetrace.log"), "--no-summary", "--", str(TORCH_PYTHON), str(script)],
+        _env(tmp_path), tmp_path,
+    )
+    assert rec.returncode == 0, rec.stderr
+    # The child (a DataLoader worker, say) profiles nothing and pays nothing per op.
+    assert rec.stdout == "parent True\nchild False\nparent True\n", rec.stdout
