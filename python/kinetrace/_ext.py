@@ -17,6 +17,7 @@ import hashlib
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -82,6 +83,14 @@ def build(quiet=False):
     out = path(torch_dir)
     if os.path.exists(out):
         return out
+    log = out + ".log"
+    if os.path.exists(log):
+        # Not retried on every run (each try costs a torch import and a compile).
+        raise RuntimeError("an earlier build for this torch failed (output in %s; delete it to "
+                           "try again)" % log)
+    cxx = os.environ.get("CXX") or "c++"
+    if shutil.which(cxx) is None:
+        raise RuntimeError("no C++ compiler (%s) on PATH" % cxx)
     import torch  # only to build: its ABI flag
 
     abi = int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)))
@@ -89,7 +98,6 @@ def build(quiet=False):
     if not os.path.exists(os.path.join(include, "ATen", "record_function.h")):
         raise RuntimeError("torch %s ships no C++ headers (%s)" % (torch.__version__, include))
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    cxx = os.environ.get("CXX") or "c++"
     fd, tmp = tempfile.mkstemp(prefix=".ops-", suffix=".so", dir=os.path.dirname(out))
     os.close(fd)
     lib = os.path.join(torch_dir, "lib")
@@ -104,7 +112,6 @@ def build(quiet=False):
         except subprocess.TimeoutExpired:
             raise RuntimeError("the build took over %d s" % BUILD_TIMEOUT_S)
         if r.returncode != 0:
-            log = out + ".log"
             with open(log, "w") as f:
                 f.write(" ".join(cmd) + "\n" + r.stdout + r.stderr)
             errors = [l for l in r.stderr.splitlines() if "error" in l]
