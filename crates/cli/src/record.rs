@@ -922,4 +922,30 @@ mod tests {
             PathBuf::from("/r/h_1.17.pt.trace.pftrace")
         );
     }
+
+    #[test]
+    fn the_interpreter_of_a_python_command_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p.into_os_string()
+        };
+        let venv = write("python3.11", "");
+        assert_eq!(python_of(&venv), Some(PathBuf::from(&venv)));
+        let torchrun = write(
+            "torchrun",
+            "#!/v/bin/python3 -s\nimport sys\nfrom torch.distributed.run import main\n",
+        );
+        assert_eq!(python_of(&torchrun), Some(PathBuf::from("/v/bin/python3")));
+        let env = write("serve", "#!/usr/bin/env -S python3 -u\nprint(1)\n");
+        assert_eq!(python_of(&env), Some(PathBuf::from("python3")));
+        for other in [
+            write("launch.sh", "#!/bin/bash\npython3 train.py\n"),
+            write("trainer", "\x7fELF"),
+            dir.path().join("missing").into_os_string(),
+        ] {
+            assert_eq!(python_of(&other), None, "{other:?}");
+        }
+    }
 }
