@@ -34,6 +34,10 @@ FLAGS = ["-O2", "-DNDEBUG", "-shared", "-fPIC", "-std=c++20", "-fvisibility=hidd
 BUILD_TIMEOUT_S = 300
 
 
+class NoTorch(RuntimeError):
+    """This interpreter has no torch: nothing to build (not an error for `kinetrace record`)."""
+
+
 def cache_dir():
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "kinetrace", "torch-ext")
@@ -42,7 +46,7 @@ def cache_dir():
 def _torch_dir():
     spec = importlib.util.find_spec("torch")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("torch is not installed for %s" % sys.executable)
+        raise NoTorch("torch is not installed for %s" % sys.executable)
     return os.path.realpath(list(spec.submodule_search_locations)[0])
 
 
@@ -162,6 +166,9 @@ def main(argv):
         else:
             build()
         return 0
+    except NoTorch:
+        # A Python command without torch (record builds before every Python command): quiet.
+        return 0 if argv[0] == "build" else 1
     except Exception as e:
         sys.stderr.write("kinetrace: cannot build the PyTorch op recorder: %s; PyTorch ops will "
                          "be recorded through NVTX ranges (costlier per op)\n" % (e,))
