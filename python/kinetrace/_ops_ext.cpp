@@ -81,9 +81,13 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     size_t dims_len = 0;
     // No inputs, no `Input Dims` (autograd's evaluate_function ranges), as torch.profiler.
     if (g_shapes && fn.needsInputs() && !fn.inputs().empty()) {
-      format_dims(fn);
-      dims = t_dims.data();
-      dims_len = t_dims.size();
+      try {
+        format_dims(fn);
+        dims = t_dims.data();
+        dims_len = t_dims.size();
+      } catch (...) {
+        // Sizes that cannot be read as numbers (symbolic ones): the op without its shapes.
+      }
     }
     uint32_t flags = fn.scope() == at::RecordScope::USER_SCOPE ? kAnnotation : 0;
     g_begin(&fn, fn.name(), fn.seqNr(), flags, dims, dims_len);
