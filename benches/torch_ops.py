@@ -1,7 +1,9 @@
 """The cost per PyTorch op of kinetrace's framework view, against torch.profiler's.
 
 Times N tiny ops (`torch.add` on 1-element tensors, the worst case: the op itself is ~1 µs) in
-one process, best of 5 runs, and prints ns per op. The mode says how the process runs
+one process, best of 5 runs, and prints ns per op: wall time, and the CPU time of the timing
+thread (which a busy machine disturbs less; it leaves out work kinetrace's own threads do, such as
+draining its rings, which the wall time includes when the cores are shared). The mode says how the process runs
 (`scripts/bench-torch-ops.sh` runs every mode side by side):
 
 - `plain`: no profiler at all;
@@ -9,7 +11,12 @@ one process, best of 5 runs, and prints ns per op. The mode says how the process
 - `dormant`: under `kinetrace record --on-demand` (shim loaded, optimizer hook and NVTX injection
   set up, no window open: PyTorch's NVTX state stays off);
 - `inside` / `inside-shapes`: under `kinetrace record` recording the whole run (with
-  `--record-shapes`): PyTorch's NVTX state on, every op a span in kinetrace's rings.
+  `--record-shapes`): every op a span in kinetrace's rings, through the compiled RecordFunction
+  recorder when it is built (the default route);
+- `inside-nvtx` / `inside-shapes-nvtx`: the same with `KINETRACE_TORCH_OPS_ROUTE=nvtx` set by the
+  caller: PyTorch's NVTX state on, every op an NVTX range (the fallback route).
+
+The mode is a label except for `torch.profiler`: how the process runs is up to the caller.
 """
 import sys
 import time
@@ -38,20 +45,24 @@ except ImportError:
 
 
 def once():
+    """(wall, CPU time of this thread) of one run of `ops`, in seconds."""
     if MODE == "torch.profiler":
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU]) as p:
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.thread_time()
             ops()
-            dt = time.perf_counter() - t
+            dt = time.perf_counter() - t, time.thread_time() - c
         del p
         return dt
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.thread_time()
     ops()
-    return time.perf_counter() - t
+    return time.perf_counter() - t, time.thread_time() - c
 
 
-best = min(once() for _ in range(5))
+runs = [once() for _ in range(5)]
+wall = min(r[0] for r in runs)
+cpu = min(r[1] for r in runs)
 active = bool(kinetrace and kinetrace.is_active())
-print(f"{MODE:15} {best / N * 1e9:8.1f} ns/op   (kinetrace profiling: {active})")
+print(f"{MODE:19} {wall / N * 1e9:8.1f} ns/op wall {cpu / N * 1e9:8.1f} ns/op CPU   "
+      f"(kinetrace profiling: {active})")

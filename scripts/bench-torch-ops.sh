@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The framework view's cost per PyTorch op, side by side with torch.profiler's, in one run:
-# benches/torch_ops.py in every mode (see its docstring) with the torch venv's interpreter.
+# benches/torch_ops.py in every mode (see its docstring) with the torch venv's interpreter, through
+# both routes PyTorch's ops can take into kinetrace (the compiled RecordFunction recorder, built
+# first if it is not cached, and PyTorch's NVTX ranges). Prints the load average before and after.
 #
 #   scripts/bench-torch-ops.sh
 set -euo pipefail
@@ -9,12 +11,19 @@ cd "$root"
 venv="$(bash scripts/torch-venv.sh)"
 py="$venv/bin/python"
 cargo build --quiet --release -p kinetrace-cli -p kinetrace-preload
-kt="$root/target/release/kinetrace"
+kt="${CARGO_TARGET_DIR:-$root/target}/release/kinetrace"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
-echo "torch $("$py" -c 'import torch; print(torch.__version__)'), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)"
+# The recorder, as `kinetrace record` builds it before a Python command (timed here, not below).
+PYTHONPATH="$root/python" "$py" -m kinetrace._ext build
+echo "torch $("$py" -c 'import torch; print(torch.__version__)'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 "$py" benches/torch_ops.py plain
 "$py" benches/torch_ops.py torch.profiler
 "$kt" record --on-demand --no-summary -o "$out/dormant" --log "$out/log" -- "$py" benches/torch_ops.py dormant
 "$kt" record --no-summary -o "$out/inside" --log "$out/log" -- "$py" benches/torch_ops.py inside
+KINETRACE_TORCH_OPS_ROUTE=nvtx "$kt" record --no-summary -o "$out/inside-nvtx" --log "$out/log" -- "$py" benches/torch_ops.py inside-nvtx
 "$kt" record --record-shapes --no-summary -o "$out/shapes" --log "$out/log" -- "$py" benches/torch_ops.py inside-shapes
+KINETRACE_TORCH_OPS_ROUTE=nvtx "$kt" record --record-shapes --no-summary -o "$out/shapes-nvtx" --log "$out/log" -- "$py" benches/torch_ops.py inside-shapes-nvtx
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "routes taken (kinetrace's log, in run order):"
+grep -o 'PyTorch ops through [^(:]*' "$out/log" | sed 's/^/  /'

@@ -2,10 +2,17 @@
 recorded only inside kinetrace's capture windows.
 
 At each step boundary (after ``kinetrace.step()``) the shim says what should be on
-(``kinetrace_torch_state``): while a window is open, PyTorch's NVTX profiler state (what
-``torch.autograd.profiler.emit_nvtx`` enables, without its ``torch.cuda.synchronize()``) makes every
-RecordFunction push an NVTX range, which NVTX hands to the shim (``NVTX_INJECTION64_PATH`` points at
-it); global module forward hooks push one range per ``nn.Module`` call. Outside windows both are
+(``kinetrace_torch_state``). While a window is open, every RecordFunction (ATen op, autograd
+function, ``record_function`` range) reaches the shim by one of two routes:
+
+- the compiled recorder (``_ops_ext.cpp``, built and cached by ``_ext.py``): a global
+  RecordFunction callback that calls the shim's ``kinetrace_op_begin`` / ``kinetrace_op_end``, the
+  cheaper route, used when a build for this torch is there (``KINETRACE_TORCH_OPS_ROUTE=auto``);
+- PyTorch's NVTX profiler state (what ``torch.autograd.profiler.emit_nvtx`` enables, without its
+  ``torch.cuda.synchronize()``): every RecordFunction pushes an NVTX range, which NVTX hands to the
+  shim (``NVTX_INJECTION64_PATH`` points at it); the fallback, or ``KINETRACE_TORCH_OPS_ROUTE=nvtx``.
+
+Global module forward hooks push one range per ``nn.Module`` call. Outside windows all of it is
 off: PyTorch runs exactly as it does without kinetrace.
 
 Never imports torch: it only acts once the job has imported it. Every failure leaves the job alone
@@ -14,6 +21,7 @@ and says why once, in kinetrace's log.
 
 import atexit
 import ctypes
+import os
 import sys
 
 # What is on now (the shim's bits: 1 ops, 2 shapes, 4 modules), and the module hook handles.
@@ -23,6 +31,9 @@ _names = {}
 _counts = {}
 _failed = False
 _exit_registered = False
+# The compiled recorder: its library (False: not usable, NVTX instead) and its callback's handle.
+_ext_lib = None
+_ext_handle = 0
 
 
 def _log(lib, message):
@@ -56,6 +67,7 @@ def sync(lib):
         _failed = True
         _on = 0
         _remove_module_hooks()
+        _disable_recorder()
         _log(lib, "cannot record PyTorch ops (%s: %s); traces hold GPU activity and steps only"
              % (type(e).__name__, e))
 
@@ -65,13 +77,15 @@ def _enable(torch, lib, want):
     if torch._C._autograd._profiler_enabled():
         # torch.profiler (or emit_nvtx) is on: theirs, not ours to change.
         raise RuntimeError("another PyTorch profiler is active")
-    from torch.autograd.profiler import ProfilerConfig, ProfilerState, _ExperimentalConfig
-
     shapes = bool(want & 2)
-    # state, report_input_shapes, profile_memory, with_stack, with_flops, with_modules, experimental
-    config = ProfilerConfig(ProfilerState.NVTX, shapes, False, False, False, False,
-                            _ExperimentalConfig())
-    autograd._enable_profiler(config, set())
+    if not _enable_recorder(torch, lib, shapes):
+        from torch.autograd.profiler import ProfilerConfig, ProfilerState, _ExperimentalConfig
+
+        # state, report_input_shapes, profile_memory, with_stack, with_flops, with_modules,
+        # experimental
+        config = ProfilerConfig(ProfilerState.NVTX, shapes, False, False, False, False,
+                                _ExperimentalConfig())
+        autograd._enable_profiler(config, set())
     global _exit_registered
     if not _exit_registered:
         # Left on at exit, PyTorch warns about the profiler's leaked callback on stderr.
@@ -79,6 +93,40 @@ def _enable(torch, lib, want):
         _exit_registered = True
     if want & 4:
         _add_module_hooks(torch, lib)
+
+
+def _enable_recorder(torch, lib, shapes):
+    """Registers the compiled recorder's callback; False when the NVTX route is to be used (said
+    once, with why, in kinetrace's log)."""
+    global _ext_lib, _ext_handle
+    if _ext_lib is None:
+        route = os.environ.get("KINETRACE_TORCH_OPS_ROUTE", "auto")
+        if route == "nvtx":
+            _ext_lib = False
+            _log(lib, "PyTorch ops through NVTX ranges (KINETRACE_TORCH_OPS_ROUTE=nvtx)")
+        else:
+            try:
+                from kinetrace import _ext
+
+                _ext_lib = _ext.load(torch)
+                _log(lib, "PyTorch ops through the compiled RecordFunction recorder")
+                # A forked child (a DataLoader worker) profiles nothing: it drops the callback it
+                # inherited rather than pay for it on every op (the parent's window close does
+                # not reach it).
+                os.register_at_fork(after_in_child=_disable_recorder)
+            except Exception as e:
+                _ext_lib = False
+                _log(lib, "PyTorch ops through NVTX ranges (costlier per op): %s" % (e,))
+    if not _ext_lib:
+        return False
+    handle = _ext_lib.kinetrace_ops_enable(1 if shapes else 0)
+    if not handle:
+        _ext_lib = False
+        _log(lib, "PyTorch ops through NVTX ranges: the op recorder could not register its "
+                  "RecordFunction callback")
+        return False
+    _ext_handle = handle
+    return True
 
 
 def _at_exit():
@@ -94,8 +142,23 @@ def _at_exit():
 
 def _disable(torch):
     _remove_module_hooks()
+    if _disable_recorder():
+        return
     if torch._C._autograd._profiler_enabled():
         torch.autograd._disable_profiler()
+
+
+def _disable_recorder():
+    """Removes the compiled recorder's callback; whether one was registered."""
+    global _ext_handle
+    if not _ext_handle:
+        return False
+    handle, _ext_handle = _ext_handle, 0
+    try:
+        _ext_lib.kinetrace_ops_disable(handle)
+    except Exception:
+        pass
+    return True
 
 
 def _add_module_hooks(torch, lib):

@@ -12,6 +12,13 @@ no NVIDIA driver here):
 
 Each run must print the same stdout and exit with the same code.
 
+The framework view (ATen ops compared with torch.profiler's) is checked through both routes ops take
+into kinetrace: the compiled RecordFunction recorder (`python/kinetrace/_ops_ext.cpp`, built once per
+session by the `built` fixture, timed, into a private cache dir) and PyTorch's NVTX ranges; and the
+fallback to NVTX when the recorder cannot be built (a compiler that fails). Under `CI=true` a
+recorder that does not build fails the tests; elsewhere (no C++ compiler, say) the recorder's cases
+are skipped with the reason.
+
 Required (a missing venv fails) when `KINETRACE_TORCH_TESTS=1` or `CI=true` is set; otherwise it runs
 when the torch venv (~5 GB) exists and is skipped, with the reason, when it does not. The pytest
 process itself can be any Python (the compat venv runs it); only the job uses the torch venv.
@@ -20,6 +27,7 @@ process itself can be any Python (the compat venv runs it); only the job uses th
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -32,6 +40,9 @@ STAMP = VENV / ".kinetrace-torch-venv-stamp"
 # scripts/test.sh sets KINETRACE_TORCH_TESTS=1 once the venv is installed, and under CI=true the venv
 # is a prerequisite: either way a missing venv is a failure, not a reason to skip.
 REQUIRED = os.environ.get("KINETRACE_TORCH_TESTS") == "1" or os.environ.get("CI") == "true"
+# Under CI the compiled op recorder must build (CI has a C++ compiler): its cases fail rather than
+# fall back to the NVTX route or skip. Elsewhere they are skipped, with the reason, when it cannot.
+RECORDER_REQUIRED = os.environ.get("CI") == "true"
 
 pytestmark = [
     pytest.mark.skipif(
@@ -83,15 +94,40 @@ def _target_dir() -> Path:
     return Path(json.loads(meta)["target_directory"])
 
 
+# The recorder's cache for the session (`built` sets it): every run's XDG_CACHE_HOME.
+EXT_CACHE = {}
+
+
 @pytest.fixture(scope="module")
-def built():
+def built(tmp_path_factory):
     subprocess.run(
         ["cargo", "build", "--quiet", "--release", "-p", "kinetrace-preload", "-p", "kinetrace-cli"],
         cwd=ROOT, check=True, timeout=1800,
     )
     release = _target_dir() / "release"
+    # The compiled op recorder, as `record` builds it before a Python command (timed here).
+    cache = tmp_path_factory.mktemp("xdg-cache")
+    EXT_CACHE["dir"] = cache
+    env = dict(os.environ, XDG_CACHE_HOME=str(cache), PYTHONPATH=str(ROOT / "python"))
+    t = time.monotonic()
+    ext = subprocess.run([str(TORCH_PYTHON), "-m", "kinetrace._ext", "build"], env=env,
+                         capture_output=True, text=True, timeout=600)
+    print(f"op recorder build: {time.monotonic() - t:.1f} s, exit {ext.returncode}: "
+          f"{ext.stderr.strip()}")
     # record finds the shim next to its executable, as in an install.
-    return {"kinetrace": release / "kinetrace", "shim": release / "libkinetrace.so"}
+    return {"kinetrace": release / "kinetrace", "shim": release / "libkinetrace.so",
+            "recorder": ext.returncode == 0, "recorder_error": ext.stderr.strip()}
+
+
+def _no_recorder(built):
+    why = f"the op recorder did not build here: {built['recorder_error']}"
+    if RECORDER_REQUIRED:
+        pytest.fail(why + " (CI=true: it must)")
+    pytest.skip(why)
+
+
+RECORDER_LINE = "python: PyTorch ops through the compiled RecordFunction recorder"
+NVTX_LINE = "python: PyTorch ops through NVTX ranges"
 
 
 def _env(tmp: Path) -> dict:
@@ -103,6 +139,8 @@ def _env(tmp: Path) -> dict:
     }
     env["KINETRACE_CONTROL_DIR"] = str(tmp / "ctl")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if "dir" in EXT_CACHE:
+        env["XDG_CACHE_HOME"] = str(EXT_CACHE["dir"])
     return env
 
 
@@ -148,7 +186,11 @@ def test_pytorch_training_under_record(built, tmp_path):
     assert _steps(traces[0]) == [2, 3, 4]
     text = log.read_text()
     assert text.count(NO_DRIVER) == 1, text
-    assert len(text.splitlines()) == 1, f"only the no-driver line: {text}"
+    if RECORDER_REQUIRED and not built["recorder"]:
+        _no_recorder(built)
+    route = RECORDER_LINE if built["recorder"] else NVTX_LINE
+    assert len(text.splitlines()) == 2 and route in text, \
+        f"only the no-driver line and the route's: {text}"
 
     # LD_PRELOAD only: no hook, no CUDA, so the shim stays dormant (no trace, no message).
     out2 = tmp_path / "traces-preload"
@@ -322,10 +364,15 @@ def _fwdbwd(events, xs):
     return pairs
 
 
-def test_pytorch_ops_under_record_read_like_torch_profiler(built, tmp_path):
+@pytest.mark.parametrize("route", ["recorder", "nvtx"])
+def test_pytorch_ops_under_record_read_like_torch_profiler(built, tmp_path, route):
+    if route == "recorder" and not built["recorder"]:
+        _no_recorder(built)
     script = tmp_path / "train_ops.py"
     script.write_text(OPS_TRAIN)
     env = _env(tmp_path)
+    if route == "nvtx":
+        env["KINETRACE_TORCH_OPS_ROUTE"] = "nvtx"
     theirs_trace, theirs_counts = tmp_path / "torch.json", tmp_path / "torch-counts.json"
     peer = _run([str(TORCH_PYTHON), str(script), "torch.profiler", str(theirs_trace),
                  str(theirs_counts)], env, tmp_path)
@@ -345,6 +392,8 @@ def test_pytorch_ops_under_record_read_like_torch_profiler(built, tmp_path):
     assert len(traces) == 1, (rec.stderr, log.read_text() if log.exists() else "")
     assert _steps(traces[0]) == [2, 3, 4]
     assert log.read_text().count(NO_DRIVER) == 1, log.read_text()
+    said = RECORDER_LINE if route == "recorder" else NVTX_LINE + " (KINETRACE_TORCH_OPS_ROUTE=nvtx)"
+    assert said in log.read_text(), log.read_text()
 
     events, xs = _x_events(traces[0])
     peer_events, peer_xs = _x_events(theirs_trace)
@@ -422,3 +471,69 @@ def test_pytorch_ops_under_record_read_like_torch_profiler(built, tmp_path):
     _, xs2 = _x_events(only)
     assert {e["name"] for e in xs2 if e.get("cat") in ("cpu_op", "user_annotation")} == {
         "ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"}
+
+
+def test_pytorch_ops_fall_back_to_nvtx_when_the_recorder_cannot_build(built, tmp_path):
+    script = tmp_path / "train_ops.py"
+    script.write_text(OPS_TRAIN)
+    env = _env(tmp_path)
+    # An empty cache and a compiler that fails: record says so in one line, the job runs as usual
+    # and its ops come through NVTX ranges.
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    env["CXX"] = "false"
+    out, log = tmp_path / "traces", tmp_path / "kinetrace.log"
+    rec = _run(
+        [str(built["kinetrace"]), "record", "--iterations", "3", "--start-iteration", "2",
+         "-o", str(out), "--log", str(log), "--no-summary", "--",
+         str(TORCH_PYTHON), str(script), "record"],
+        env, tmp_path,
+    )
+    assert rec.returncode == 0, rec.stderr
+    assert rec.stdout == "trained\n", rec.stdout
+    said = [l for l in rec.stderr.splitlines() if l.startswith("kinetrace: cannot build")]
+    assert len(said) == 1 and "false failed" in said[0] and "through NVTX ranges" in said[0], \
+        rec.stderr
+    text = log.read_text()
+    assert NVTX_LINE + " (costlier per op): no op recorder built for torch 2." in text, text
+    (trace,) = _traces(out)
+    _, xs = _x_events(trace)
+    ops = _framework_ops(xs)
+    assert ops["aten::addmm"] == ("cpu_op", 9) and ops["AddmmBackward0"] == ("cpu_op", 9), ops
+    # The failure is remembered: the next start says so at once instead of compiling again.
+    again = _run([str(TORCH_PYTHON), "-m", "kinetrace._ext", "build"],
+                 dict(env, PYTHONPATH=str(ROOT / "python")), tmp_path)
+    assert again.returncode == 1, again.stderr
+    assert "an earlier build for this torch failed" in again.stderr, again.stderr
+
+
+FORK = r"""
+import os
+import torch
+import kinetrace
+from kinetrace import _torch
+
+kinetrace.step()  # the whole run is the window: the recorder's callback is on from here
+torch.add(torch.ones(1), torch.ones(1))
+print("parent", _torch._ext_handle != 0)
+pid = os.fork()
+if pid == 0:
+    print("child", _torch._ext_handle != 0, flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+print("parent", _torch._ext_handle != 0)
+"""
+
+
+def test_a_forked_child_drops_the_recorders_callback(built, tmp_path):
+    if not built["recorder"]:
+        _no_recorder(built)
+    script = tmp_path / "fork.py"
+    script.write_text(FORK)
+    rec = _run(
+        [str(built["kinetrace"]), "record", "-o", str(tmp_path / "traces"), "--log",
+         str(tmp_path / "kinetrace.log"), "--no-summary", "--", str(TORCH_PYTHON), str(script)],
+        _env(tmp_path), tmp_path,
+    )
+    assert rec.returncode == 0, rec.stderr
+    # The child (a DataLoader worker, say) profiles nothing and pays nothing per op.
+    assert rec.stdout == "parent True\nchild False\nparent True\n", rec.stdout

@@ -17,12 +17,20 @@
 //!
 //! Pushes and pops pair by nesting, per thread: a stack of what each open range did. Ranges pushed
 //! outside a window are on it too (as nothing recorded), so a pop always ends the range it closes.
+//!
+//! The cheaper route ([`begin`] / [`end`]): a compiled PyTorch extension (`python/kinetrace/
+//! _ops_ext.cpp`) registers a RecordFunction callback inside windows and hands each op over as it
+//! is: the name already interned (the shim caches it by pointer), the sequence number, the shapes
+//! when asked, and the RecordFunction's address as the key its end comes back with. The same stack
+//! holds both routes' ranges and the module ranges, so steps wait for them alike.
 
 use std::cell::RefCell;
 
 use kinetrace_core::clock::Ticks;
 use kinetrace_core::recorder::{self, CpuRecord};
 use kinetrace_core::{intern, OpArgs};
+
+pub use kinetrace_core::NameId;
 
 /// Deepest nesting tracked per thread; deeper ranges are counted, not recorded.
 const MAX_DEPTH: usize = 512;
@@ -32,6 +40,9 @@ const MAX_DEPTH: usize = 512;
 struct Open {
     /// The span's id (0: nothing was recorded for it).
     id: u64,
+    /// What its end is matched by: a RecordFunction's address ([`begin`]), or 0 (NVTX and module
+    /// ranges, ended by nesting).
+    key: usize,
     /// The external id before this range made itself current.
     previous_external_id: u64,
 }
@@ -151,6 +162,38 @@ fn well_formed_dims(text: &str) -> bool {
 
 /// An NVTX range was pushed with this message on this thread: inside a window, a span begins.
 pub fn push(message: &str) {
+    open(0, || {
+        let m = parse(message);
+        // `record_function` scopes PyTorch itself opens (`Optimizer.step#SGD.step`) are user
+        // annotations in torch.profiler's traces; ops and autograd functions are `cpu_op`s.
+        let annotation = !m.torch || m.name.contains('#');
+        (
+            intern(m.name),
+            annotation,
+            OpArgs::new(m.input_dims.map(intern), m.sequence),
+        )
+    });
+}
+
+/// Interns an op name (the shim's cache of names by pointer calls this on a miss).
+pub fn intern_name(name: &str) -> NameId {
+    intern(name)
+}
+
+/// A RecordFunction began on this thread (the compiled extension's start callback): inside a
+/// window a span begins, a `user_annotation` if `annotation` (a `record_function` range), else a
+/// `cpu_op`. `key` (the RecordFunction's address) is what [`end`] is called with. `dims` is the
+/// `Input Dims` JSON text, when shapes are recorded; a negative `sequence` is none.
+pub fn begin(key: usize, name: NameId, sequence: i64, annotation: bool, dims: Option<&str>) {
+    open(key, || {
+        let dims = dims.filter(|d| well_formed_dims(d)).map(intern);
+        let sequence = u64::try_from(sequence).ok();
+        (name, annotation, OpArgs::new(dims, sequence))
+    });
+}
+
+/// Opens a range on this thread's stack; `what` says what it is, asked only inside a window.
+fn open(key: usize, what: impl FnOnce() -> (NameId, bool, OpArgs)) {
     let _ = STACK.try_with(|s| {
         let Ok(mut s) = s.try_borrow_mut() else {
             return;
@@ -159,44 +202,50 @@ pub fn push(message: &str) {
             s.beyond += 1;
             return;
         }
-        if !recorder::is_active() {
-            s.open.push(Open {
-                id: 0,
-                previous_external_id: 0,
-            });
-            return;
-        }
-        let m = parse(message);
-        // `record_function` scopes PyTorch itself opens (`Optimizer.step#SGD.step`) are user
-        // annotations in torch.profiler's traces; ops and autograd functions are `cpu_op`s.
-        let annotation = !m.torch || m.name.contains('#');
-        let args = OpArgs::new(m.input_dims.map(intern), m.sequence);
-        let id = recorder::next_span_id();
-        let recorded = recorder::push(CpuRecord::Begin {
-            name: intern(m.name),
-            annotation,
-            start: Ticks::now(),
-            id,
-            args,
-        });
-        if recorded {
-            let previous_external_id = recorder::push_external_id(id);
-            s.open.push(Open {
+        let mut open = Open {
+            id: 0,
+            key,
+            previous_external_id: 0,
+        };
+        if recorder::is_active() {
+            let (name, annotation, args) = what();
+            let id = recorder::next_span_id();
+            let recorded = recorder::push(CpuRecord::Begin {
+                name,
+                annotation,
+                start: Ticks::now(),
                 id,
-                previous_external_id,
+                args,
             });
-        } else {
-            s.open.push(Open {
-                id: 0,
-                previous_external_id: 0,
-            });
+            if recorded {
+                open.id = id;
+                open.previous_external_id = recorder::push_external_id(id);
+            }
         }
+        s.open.push(open);
     });
 }
 
 /// The innermost NVTX range on this thread was popped: the span it began (if any) ends, and a step
 /// boundary waiting for it happens now.
 pub fn pop() {
+    close(|s| s.open.pop());
+}
+
+/// The RecordFunction begun with `key` on this thread ended: its span ends. Ranges that do not
+/// nest (an end on another thread, or one PyTorch never sent) leave the others as they are.
+pub fn end(key: usize) {
+    close(|s| match s.open.last() {
+        Some(top) if top.key == key => s.open.pop(),
+        _ => {
+            let at = s.open.iter().rposition(|o| o.key == key)?;
+            Some(s.open.remove(at))
+        }
+    });
+}
+
+/// Ends the range `take` removes from the stack (none: one past [`MAX_DEPTH`] ends instead).
+fn close(take: impl FnOnce(&mut Stack) -> Option<Open>) {
     let step_now = STACK
         .try_with(|s| {
             let Ok(mut s) = s.try_borrow_mut() else {
@@ -206,7 +255,7 @@ pub fn pop() {
                 s.beyond -= 1;
                 return false;
             }
-            let Some(open) = s.open.pop() else {
+            let Some(open) = take(&mut s) else {
                 return false;
             };
             if open.id != 0 {

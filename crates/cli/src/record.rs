@@ -18,6 +18,8 @@ use crate::signals::Forwarder;
 const PY_INIT: &str = include_str!("../../../python/kinetrace/__init__.py");
 const PY_SITE: &str = include_str!("../../../python/sitecustomize.py");
 const PY_TORCH: &str = include_str!("../../../python/kinetrace/_torch.py");
+const PY_EXT: &str = include_str!("../../../python/kinetrace/_ext.py");
+const PY_EXT_SOURCE: &str = include_str!("../../../python/kinetrace/_ops_ext.cpp");
 
 pub const RECORD_AFTER_HELP: &str = "\
 WINDOWS (one at a time; the default records the whole run, like nsys):
@@ -144,6 +146,10 @@ pub struct RecordPlan {
     pub summary: bool,
     /// Also write each trace as `.pftrace`.
     pub perfetto: bool,
+    /// PyTorch's ops are recorded through the compiled recorder when it is built
+    /// (`KINETRACE_TORCH_OPS` on, `KINETRACE_TORCH_OPS_ROUTE` not `nvtx`): build it before a
+    /// Python command starts.
+    pub torch_ext: bool,
 }
 
 impl RecordArgs {
@@ -230,13 +236,19 @@ impl RecordArgs {
             .collect();
         child.extend(set.iter().cloned());
         let mut disabled = None;
+        let mut torch_ops = false;
         match Config::from_vars(&child, |p| std::fs::read_to_string(p)) {
-            Ok(c) if c.window == Window::OnDemand && !chose_window => {
-                set.push(("KINETRACE_WHOLE_RUN".into(), "1".into()));
+            Ok(c) => {
+                torch_ops = c.torch.ops;
+                if c.window == Window::OnDemand && !chose_window {
+                    set.push(("KINETRACE_WHOLE_RUN".into(), "1".into()));
+                }
             }
-            Ok(_) => {}
             Err(e) => disabled = Some(e.to_string()),
         }
+        let nvtx_route = child
+            .iter()
+            .any(|(k, v)| k == "KINETRACE_TORCH_OPS_ROUTE" && v == "nvtx");
         let shim = match shim {
             Ok(s) => Some(s),
             Err(e) => {
@@ -253,6 +265,7 @@ impl RecordArgs {
             shim,
             summary: !self.no_summary,
             perfetto: self.format == Format::Perfetto,
+            torch_ext: torch_ops && !nvtx_route,
         })
     }
 }
@@ -399,6 +412,11 @@ pub fn run_record(plan: RecordPlan, signals: &Forwarder) -> Result<ExitCode> {
                     pp.push(":");
                     pp.push(old);
                 }
+                if plan.torch_ext {
+                    if let Some(python) = python_of(&plan.command[0]) {
+                        build_torch_ext(&python, &pp);
+                    }
+                }
                 cmd.env("PYTHONPATH", pp);
                 py_dir = Some(dir);
             }
@@ -486,6 +504,8 @@ fn python_dir() -> Result<tempfile::TempDir> {
     for (name, text) in [
         ("kinetrace/__init__.py", PY_INIT),
         ("kinetrace/_torch.py", PY_TORCH),
+        ("kinetrace/_ext.py", PY_EXT),
+        ("kinetrace/_ops_ext.cpp", PY_EXT_SOURCE),
         ("sitecustomize.py", PY_SITE),
     ] {
         let path = dir.path().join(name);
@@ -498,6 +518,78 @@ fn python_dir() -> Result<tempfile::TempDir> {
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(dir)
+}
+
+/// The Python interpreter that runs `program`: itself when it is one (`python3`, a venv's
+/// `python`), or the one named by its `#!` line (`torchrun`, `accelerate` and other console
+/// scripts). None for anything else.
+fn python_of(program: &OsString) -> Option<PathBuf> {
+    let is_python = |p: &Path| {
+        p.file_name()
+            .is_some_and(|f| f.to_string_lossy().starts_with("python"))
+    };
+    let given = Path::new(program);
+    let path = if given.components().count() > 1 {
+        given.to_path_buf()
+    } else {
+        std::env::split_paths(&std::env::var_os("PATH")?)
+            .map(|d| d.join(given))
+            .find(|p| p.is_file())?
+    };
+    if is_python(&path) {
+        return Some(path);
+    }
+    let mut head = [0u8; 256];
+    let n = std::io::Read::read(&mut std::fs::File::open(&path).ok()?, &mut head).ok()?;
+    let line = head[..n]
+        .split(|&b| b == b'\n')
+        .next()?
+        .strip_prefix(b"#!")?;
+    let line = std::str::from_utf8(line).ok()?;
+    let mut words = line.split_whitespace();
+    let interpreter = Path::new(words.next()?);
+    if is_python(interpreter) {
+        return Some(interpreter.to_path_buf());
+    }
+    // `#!/usr/bin/env [-S] python3 ...`
+    if interpreter.file_name()? == "env" {
+        let word = words.find(|w| !w.starts_with('-'))?;
+        return is_python(Path::new(word)).then(|| PathBuf::from(word));
+    }
+    None
+}
+
+/// Builds (or finds cached) the compiled PyTorch op recorder for `python`'s torch before the job
+/// starts (`python -m kinetrace._ext build`, kinetrace's module on `python_path`), so the job's
+/// first window has it. Its one line on failure goes to stderr; the job then records ops through
+/// NVTX ranges. Never fails the run.
+fn build_torch_ext(python: &Path, python_path: &std::ffi::OsStr) {
+    let started = Command::new(python)
+        .args(["-m", "kinetrace._ext", "build"])
+        .env("PYTHONPATH", python_path)
+        .env_remove("LD_PRELOAD")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn();
+    let Ok(mut child) = started else {
+        return;
+    };
+    // The build gives itself 300 s; this bounds the interpreter around it too.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(330);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) | Err(_) => return,
+            Ok(None) if std::time::Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                eprintln!(
+                    "kinetrace: building the PyTorch op recorder took too long; PyTorch ops will be recorded through NVTX ranges"
+                );
+                return;
+            }
+            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
+    }
 }
 
 /// Lists what was written, removes leftovers of processes that died mid-write, prints the summary.
@@ -829,5 +921,31 @@ mod tests {
             pftrace_path(Path::new("/r/h_1.17.pt.trace.json")),
             PathBuf::from("/r/h_1.17.pt.trace.pftrace")
         );
+    }
+
+    #[test]
+    fn the_interpreter_of_a_python_command_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p.into_os_string()
+        };
+        let venv = write("python3.11", "");
+        assert_eq!(python_of(&venv), Some(PathBuf::from(&venv)));
+        let torchrun = write(
+            "torchrun",
+            "#!/v/bin/python3 -s\nimport sys\nfrom torch.distributed.run import main\n",
+        );
+        assert_eq!(python_of(&torchrun), Some(PathBuf::from("/v/bin/python3")));
+        let env = write("serve", "#!/usr/bin/env -S python3 -u\nprint(1)\n");
+        assert_eq!(python_of(&env), Some(PathBuf::from("python3")));
+        for other in [
+            write("launch.sh", "#!/bin/bash\npython3 train.py\n"),
+            write("trainer", "\x7fELF"),
+            dir.path().join("missing").into_os_string(),
+        ] {
+            assert_eq!(python_of(&other), None, "{other:?}");
+        }
     }
 }

@@ -7,8 +7,11 @@ mod nvtx;
 mod report;
 #[path = "../src/shim.rs"]
 mod shim;
+#[path = "../src/torch_ops.rs"]
+mod torch_ops;
 
 pub use nvtx::InitializeInjectionNvtx2;
 pub use shim::{
     cuptiActivityRegisterCallbacks, kinetrace_is_active, kinetrace_step, InitializeInjection,
 };
+pub use torch_ops::{kinetrace_op_begin, kinetrace_op_end};

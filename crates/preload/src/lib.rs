@@ -19,6 +19,8 @@ Exports:
 - `kinetrace_is_active()`: 1 while this process profiles.
 - `kinetrace_torch_state()`, `kinetrace_range_push()`, `kinetrace_range_pop()`, `kinetrace_log()`:
   what the Python side uses to turn PyTorch's ops on inside windows and to record module ranges.
+- `kinetrace_op_begin()`, `kinetrace_op_end()`: what kinetrace's compiled PyTorch extension
+  (`python/kinetrace/_ops_ext.cpp`) calls from its RecordFunction callbacks, once per op in a window.
 - `rocprofiler_configure`: rocprofiler-sdk's tool entry point; when HIP initialises the SDK finds it
   (this library preloaded, or named in `ROCP_TOOL_LIBRARIES`) and kinetrace registers as a tool;
   once initialised, it starts profiling with the GPU as `InitializeInjection` does.
@@ -30,6 +32,7 @@ Exports:
 mod nvtx;
 mod report;
 mod shim;
+mod torch_ops;
 
 pub use nvtx::InitializeInjectionNvtx2;
 pub use shim::{
@@ -37,3 +40,4 @@ pub use shim::{
     kinetrace_range_push, kinetrace_step, kinetrace_torch_state, rocprofiler_configure,
     InitializeInjection,
 };
+pub use torch_ops::{kinetrace_op_begin, kinetrace_op_end};

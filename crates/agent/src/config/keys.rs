@@ -298,12 +298,32 @@ pub static KEYS: &[Key] = &[
         doc: "In PyTorch processes started by `kinetrace record`, record ATen ops, autograd \
               functions and `record_function` ranges inside capture windows, as `torch.profiler` \
               does (`cpu_op` events; each kernel links to the op that launched it). The \
-              `sitecustomize` turns PyTorch's NVTX profiler state on at a window's first step \
-              boundary and off after its last, so nothing is paid outside windows; the ranges \
-              reach the shim through `NVTX_INJECTION64_PATH` (so CUPTI's `marker` records are not \
-              collected in such processes: NVTX ranges the job pushes itself become \
-              `user_annotation` events instead). 0 leaves PyTorch alone.",
+              `sitecustomize` turns recording on at a window's first step boundary and off after \
+              its last, so nothing is paid outside windows (the route: \
+              `KINETRACE_TORCH_OPS_ROUTE`). NVTX reaches the shim through \
+              `NVTX_INJECTION64_PATH` in such processes, so CUPTI's `marker` records are not \
+              collected there: NVTX ranges the job pushes itself become `user_annotation` events \
+              instead. 0 leaves PyTorch alone.",
         apply: |l, v| boolean(v).map(|b| l.torch_ops = Some(b)),
+    },
+    Key {
+        env: Some("KINETRACE_TORCH_OPS_ROUTE"),
+        kineto: None,
+        form: "auto or nvtx",
+        default: "auto",
+        doc: "How PyTorch's ops reach kinetrace inside windows. `auto`: through kinetrace's \
+              compiled RecordFunction recorder (a tiny C++ extension built against the installed \
+              torch and cached under `$XDG_CACHE_HOME/kinetrace/torch-ext`; `kinetrace record` \
+              builds it before a Python command, `python -m kinetrace._ext build` by hand), the \
+              cheaper route, and through PyTorch's NVTX ranges when no build is there (the log \
+              says which, and why). `nvtx`: always PyTorch's NVTX ranges, nothing built.",
+        apply: |l, v| match v {
+            "auto" | "nvtx" => {
+                l.names.push(("other", "KINETRACE_TORCH_OPS_ROUTE"));
+                Ok(())
+            }
+            _ => Err("is neither auto nor nvtx".into()),
+        },
     },
     Key {
         env: Some("KINETRACE_RECORD_SHAPES"),

@@ -151,6 +151,7 @@ fn every_malformed_value_names_the_key_and_the_accepted_form() {
         ("KINETRACE_OPTIMIZER_HOOK", "no"),
         ("KINETRACE_STEP_NVTX", "train\u{7}step"),
         ("KINETRACE_TORCH_OPS", "yes please"),
+        ("KINETRACE_TORCH_OPS_ROUTE", "record-function"),
         ("KINETRACE_RECORD_SHAPES", "2"),
         ("KINETRACE_WITH_MODULES", "on"),
         ("KINETRACE_DYNOLOG", "yes"),

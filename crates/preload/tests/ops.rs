@@ -1,0 +1,107 @@
+//! The entry points of kinetrace's compiled PyTorch recorder (`kinetrace_op_begin` /
+//! `kinetrace_op_end`), driven by `examples/op_app.rs` the way the recorder's RecordFunction
+//! callbacks call them (the real recorder under real torch: tests/preload/test_torch_record.py).
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+fn op_app() -> std::path::PathBuf {
+    let p = profile_dir().join("examples/op_app");
+    assert!(p.exists(), "{} not built", p.display());
+    p
+}
+
+#[test]
+fn recorded_ops_have_their_names_categories_and_args() {
+    let w = World::new();
+    let mut c = w.preloaded(op_app(), &["6"]);
+    c.env("KINETRACE_ITERATIONS", "3")
+        .env("KINETRACE_START_ITERATION", "2");
+    let o = run(c);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "op_app: done 6 steps\n");
+    let traces = w.traces();
+    assert_eq!(traces.len(), 1, "log:\n{}", w.log_text());
+    let t = Trace::load(&traces[0]);
+    assert_eq!(t.steps(), vec![2, 3, 4]);
+    let xs: Vec<&Value> = t
+        .events()
+        .iter()
+        .filter(|e| e["ph"] == "X" && (e["cat"] == "cpu_op" || e["cat"] == "user_annotation"))
+        .filter(|e| !e["name"].as_str().unwrap().starts_with("ProfilerStep#"))
+        .collect();
+    let count = |name: &str, cat: &str| {
+        xs.iter()
+            .filter(|e| e["name"] == name && e["cat"] == cat)
+            .count()
+    };
+    // Two names written one after the other at the same address stay two names.
+    for name in [
+        "aten::linear",
+        "aten::addmm",
+        "AddmmBackward0",
+        "ReluBackward0",
+        "aten::mul",
+        "aten::add",
+    ] {
+        assert_eq!(count(name, "cpu_op"), 3, "{name}: {xs:#?}");
+    }
+    // The annotation flag (a record_function scope) makes a user_annotation.
+    assert_eq!(count("my_block", "user_annotation"), 3);
+    assert_eq!(xs.len(), 21, "{xs:#?}");
+    // Sequence numbers (non-negative only) and shapes pass through.
+    let addmm: Vec<u64> = xs
+        .iter()
+        .filter(|e| e["name"] == "aten::addmm")
+        .map(|e| e["args"]["Sequence number"].as_u64().unwrap())
+        .collect();
+    // The loop's iteration s runs in step s + 1 (its kinetrace_step() ends step s).
+    assert_eq!(addmm, vec![1, 2, 3]);
+    assert!(xs
+        .iter()
+        .filter(|e| e["name"] == "aten::linear")
+        .all(|e| e["args"].get("Sequence number").is_none()));
+    for e in xs.iter().filter(|e| e["name"] == "aten::add") {
+        assert_eq!(
+            e["args"]["Input Dims"],
+            serde_json::json!([[1], [1], []]),
+            "{e}"
+        );
+    }
+    // aten::addmm nests in aten::linear; the op that ended out of order still ended.
+    let span = |e: &Value| {
+        let ts = e["ts"].as_f64().unwrap();
+        (ts, ts + e["dur"].as_f64().unwrap())
+    };
+    let linear: Vec<_> = xs
+        .iter()
+        .filter(|e| e["name"] == "aten::linear")
+        .map(|e| span(e))
+        .collect();
+    for e in xs.iter().filter(|e| e["name"] == "aten::addmm") {
+        let (a, b) = span(e);
+        assert!(linear.iter().any(|&(la, lb)| la <= a && b <= lb), "{e}");
+    }
+    // Forward ops link to backward functions with their sequence number.
+    let flows = t
+        .events()
+        .iter()
+        .filter(|e| e["cat"] == "fwdbwd" && e["ph"] == "s")
+        .count();
+    assert_eq!(flows, 6, "AddmmBackward0 and ReluBackward0 of each step");
+}
+
+#[test]
+fn outside_a_window_nothing_is_recorded() {
+    // No window opens (iterations far ahead): the calls are paired and dropped, nothing is written.
+    let w = World::new();
+    let mut c = w.preloaded(op_app(), &["4"]);
+    c.env("KINETRACE_ITERATIONS", "3")
+        .env("KINETRACE_START_ITERATION", "100");
+    let o = run(c);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "op_app: done 4 steps\n");
+    assert!(w.traces().is_empty(), "log:\n{}", w.log_text());
+}
