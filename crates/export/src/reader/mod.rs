@@ -453,11 +453,13 @@ fn open(path: &Path) -> Result<File, ReadError> {
 }
 
 mod event;
+mod fast;
 mod input;
 mod parse;
 mod rank;
 
 use event::*;
+use fast::*;
 use input::*;
 use parse::*;
 pub use rank::{rank_like_hta, rank_like_hta_from_reader};

@@ -53,25 +53,44 @@ impl Hasher for FxHasher {
 
 #[derive(Default)]
 pub(super) struct Interner {
-    pub(super) map: HashMap<Box<str>, u32, BuildHasherDefault<FxHasher>>,
+    /// Keyed by bytes so that the fast path can look a name up before validating it.
+    pub(super) map: HashMap<Box<[u8]>, u32, BuildHasherDefault<FxHasher>>,
     pub(super) strings: Vec<Box<str>>,
 }
 
 impl Interner {
     #[inline]
     pub(super) fn intern(&mut self, s: &str) -> StrId {
-        if let Some(&id) = self.map.get(s) {
+        if let Some(&id) = self.map.get(s.as_bytes()) {
             return StrId(id);
         }
+        self.insert(s)
+    }
+
+    /// Interns the text of `bytes`; `None` when they are not UTF-8. Bytes already interned
+    /// are known to be valid, so only a new string is checked.
+    #[inline]
+    pub(super) fn intern_bytes(&mut self, bytes: &[u8]) -> Option<StrId> {
+        if let Some(&id) = self.map.get(bytes) {
+            return Some(StrId(id));
+        }
+        Some(self.insert(std::str::from_utf8(bytes).ok()?))
+    }
+
+    #[cold]
+    fn insert(&mut self, s: &str) -> StrId {
         let id = self.strings.len() as u32;
         self.strings.push(s.into());
-        self.map.insert(s.into(), id);
+        self.map.insert(s.as_bytes().into(), id);
         StrId(id)
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Top level
+
+/// Bytes the fast path asks for when an event runs past the buffered data.
+const FAST_REFILL: usize = 16 * 1024;
 
 /// The top-level object: keys, the `traceEvents` array and the other values.
 pub(super) struct Parser<R, F> {
@@ -214,12 +233,31 @@ impl<R: Read, F: FnMut(TraceEvent, &[Box<str>])> Parser<R, F> {
                 }
             }
             first = false;
-            let event = self.input.parse_value(EventSeed {
-                strings: &mut self.strings,
-            })?;
+            let event = self.event()?;
             (self.on_event)(event, &self.strings.strings);
             self.index += 1;
         }
+    }
+
+    /// The event at `buf[pos]`: the fast path when it can, else serde_json on the slice.
+    #[inline]
+    fn event(&mut self) -> Result<TraceEvent, Fail> {
+        loop {
+            let input = &mut self.input;
+            match parse_event(&input.buf[input.pos..input.end], &mut self.strings) {
+                Fast::Done(event, len) => {
+                    input.pos += len;
+                    return Ok(event);
+                }
+                // Asking for at least as much again as is buffered keeps a huge event linear.
+                // At the end of the input serde_json reports the truncation.
+                Fast::More if input.fill_some(FAST_REFILL.max(input.end - input.pos))? => {}
+                Fast::More | Fast::Fallback => break,
+            }
+        }
+        self.input.parse_value(EventSeed {
+            strings: &mut self.strings,
+        })
     }
 
     /// The next non-whitespace byte, which must exist.
