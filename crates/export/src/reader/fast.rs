@@ -166,91 +166,30 @@ impl<'a> Cur<'a> {
     /// A number at `self.i` (a `-` or a digit), converted as serde_json converts it.
     #[inline]
     fn number(&mut self) -> R<Scalar<'a>> {
-        let start = self.i;
-        let neg = self.s[start] == b'-';
-        let mut i = start + usize::from(neg);
         let s = self.s;
-        let digit = |i: usize| -> R<Option<u8>> {
-            let b = *s.get(i).ok_or(Stop::More)?;
-            Ok(b.is_ascii_digit().then(|| b - b'0'))
-        };
+        let start = self.i;
+        let neg = s[start] == b'-';
+        let int_start = start + usize::from(neg);
         // Integer part: `0` or [1-9][0-9]*.
-        let mut mant: u64 = 0;
-        let mut digits = 0u32;
-        match digit(i)? {
-            None => return Err(Stop::Fallback),
-            Some(0) => {
-                i += 1;
-                if digit(i)?.is_some() {
-                    return Err(Stop::Fallback); // a leading zero
-                }
-            }
-            Some(_) => {
-                while let Some(d) = digit(i)? {
-                    // serde_json goes on in f64 past u64::MAX.
-                    mant = mant
-                        .checked_mul(10)
-                        .and_then(|m| m.checked_add(u64::from(d)))
-                        .ok_or(Stop::Fallback)?;
-                    digits += 1;
-                    i += 1;
-                }
-            }
+        let (int_end, int_value) = digits(s, int_start)?;
+        let n_int = int_end - int_start;
+        if n_int == 0 || (n_int > 1 && s[int_start] == b'0') {
+            return Err(Stop::Fallback);
         }
-        let mut float = false;
-        let mut exp10: i32 = 0;
-        let mut sig = digits; // significant digits taken into `mant`
-        let mut exact = true; // `mant` holds every digit
-        if s.get(i).copied().ok_or(Stop::More)? == b'.' {
-            float = true;
-            i += 1;
-            let mut any = false;
-            while let Some(d) = digit(i)? {
-                any = true;
-                if sig < 19 {
-                    mant = mant * 10 + u64::from(d);
-                    if mant != 0 {
-                        sig += 1;
-                    }
-                    exp10 -= 1;
-                } else if d != 0 {
-                    exact = false;
-                }
-                i += 1;
-            }
-            if !any {
-                return Err(Stop::Fallback);
-            }
-        }
-        if matches!(s.get(i).copied().ok_or(Stop::More)?, b'e' | b'E') {
-            float = true;
-            i += 1;
-            let mut eneg = false;
-            match s.get(i).copied().ok_or(Stop::More)? {
-                b'+' => i += 1,
-                b'-' => {
-                    eneg = true;
-                    i += 1;
-                }
-                _ => {}
-            }
-            let mut e: i32 = 0;
-            let mut any = false;
-            while let Some(d) = digit(i)? {
-                any = true;
-                if e > 10_000 {
-                    return Err(Stop::Fallback);
-                }
-                e = e * 10 + i32::from(d);
-                i += 1;
-            }
-            if !any {
-                return Err(Stop::Fallback);
-            }
-            exp10 += if eneg { -e } else { e };
-        }
-        self.i = i;
-        if !float {
+        let mut i = int_end;
+        if !matches!(s[i], b'.' | b'e' | b'E') {
+            self.i = i;
+            // serde_json goes on in f64 past u64::MAX.
+            let mant = if n_int < 20 {
+                int_value
+            } else {
+                s[int_start..int_end]
+                    .iter()
+                    .try_fold(0u64, |m, &d| {
+                        m.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+                    })
+                    .ok_or(Stop::Fallback)?
+            };
             return Ok(if neg {
                 // serde_json: `-0` and magnitudes past i64 become floats.
                 let n = (mant as i64).wrapping_neg();
@@ -263,23 +202,66 @@ impl<'a> Cur<'a> {
                 Scalar::U64(mant)
             });
         }
+        let (frac_start, frac_end, frac_value) = if s[i] == b'.' {
+            let (end, value) = digits(s, i + 1)?;
+            if end == i + 1 {
+                return Err(Stop::Fallback);
+            }
+            let f = (i + 1, end, value);
+            i = end;
+            f
+        } else {
+            (i, i, 0)
+        };
+        let mut exp10: i32 = 0;
+        if matches!(s[i], b'e' | b'E') {
+            i += 1;
+            let eneg = match *s.get(i).ok_or(Stop::More)? {
+                b'+' => {
+                    i += 1;
+                    false
+                }
+                b'-' => {
+                    i += 1;
+                    true
+                }
+                _ => false,
+            };
+            let end = digits_end(s, i)?;
+            if end == i || end - i > 5 {
+                return Err(Stop::Fallback);
+            }
+            let e = digits_value(&s[i..end]) as i32;
+            exp10 = if eneg { -e } else { e };
+            i = end;
+        }
+        self.i = i;
+        let n_frac = frac_end - frac_start;
         // Exact when the mantissa and the power of ten are both exact f64s (one rounding).
         const POW10: [f64; 23] = [
             1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
             1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
         ];
-        let v = if exact && mant <= 1 << 53 && (-22..=22).contains(&exp10) {
-            let m = mant as f64;
-            if exp10 < 0 {
-                m / POW10[(-exp10) as usize]
-            } else {
-                m * POW10[exp10 as usize]
+        let mut v = None;
+        if n_int + n_frac < 20 {
+            let mant = int_value * POW10_U64[n_frac] + frac_value;
+            let e = exp10 - n_frac as i32;
+            if mant <= 1 << 53 && (-22..=22).contains(&e) {
+                let m = mant as f64;
+                v = Some(if e < 0 {
+                    m / POW10[(-e) as usize]
+                } else {
+                    m * POW10[e as usize]
+                });
             }
-        } else {
+        }
+        let v = match v {
+            Some(v) => v,
             // The text is a checked JSON number, which Rust parses correctly rounded.
-            let text =
-                std::str::from_utf8(&s[start + usize::from(neg)..i]).map_err(|_| Stop::Fallback)?;
-            text.parse::<f64>().map_err(|_| Stop::Fallback)?
+            None => std::str::from_utf8(&s[int_start..i])
+                .ok()
+                .and_then(|t| t.parse::<f64>().ok())
+                .ok_or(Stop::Fallback)?,
         };
         if !v.is_finite() {
             return Err(Stop::Fallback); // serde_json: "number out of range"
@@ -545,9 +527,19 @@ impl<'a> Cur<'a> {
     #[inline]
     fn interned(&mut self, strings: &mut Interner) -> R<Option<StrId>> {
         if self.ws()? == b'"' {
-            self.i += 1;
-            let bytes = self.plain_str()?;
-            return strings.intern_bytes(bytes).map(Some).ok_or(Stop::Fallback);
+            // Only `"` and `\` end the scan; `intern_bytes` checks a new string for control
+            // characters (one seen before was checked then).
+            let start = self.i + 1;
+            let k = memchr::memchr2(b'"', b'\\', &self.s[start..]).ok_or(Stop::More)?;
+            let end = start + k;
+            if self.s[end] != b'"' {
+                return Err(Stop::Fallback);
+            }
+            self.i = end + 1;
+            return strings
+                .intern_bytes(&self.s[start..end])
+                .map(Some)
+                .ok_or(Stop::Fallback);
         }
         self.scalar()?.feed(InternSeed(strings))
     }
@@ -582,6 +574,94 @@ impl<'a> Cur<'a> {
     }
 }
 
+/// Powers of ten up to 10¹⁹.
+const POW10_U64: [u64; 20] = {
+    let mut t = [1u64; 20];
+    let mut i = 1;
+    while i < 20 {
+        t[i] = t[i - 1] * 10;
+        i += 1;
+    }
+    t
+};
+
+/// The end of the run of ASCII digits starting at `i`; the run must end inside `s`.
+#[inline]
+fn digits_end(s: &[u8], mut i: usize) -> R<usize> {
+    while let Some(b) = s.get(i) {
+        if !b.is_ascii_digit() {
+            return Ok(i);
+        }
+        i += 1;
+    }
+    Err(Stop::More)
+}
+
+/// The end of the run of ASCII digits starting at `i` (which must end inside `s`) and, when the
+/// run has at most 19 digits, their value (else a meaningless number). Eight bytes at a time:
+/// the lengths of numbers vary too much for a byte loop's exit to be predicted.
+#[inline]
+fn digits(s: &[u8], mut i: usize) -> R<(usize, u64)> {
+    let mut value = 0u64;
+    while let Some(chunk) = s.get(i..i + 8) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(chunk);
+        let w = u64::from_le_bytes(w);
+        let n = leading_digits(w);
+        if n > 0 {
+            value = value
+                .wrapping_mul(POW10_U64[n])
+                .wrapping_add(digits_word_value(w, n));
+        }
+        i += n;
+        if n < 8 {
+            return Ok((i, value));
+        }
+    }
+    while let Some(&b) = s.get(i) {
+        if !b.is_ascii_digit() {
+            return Ok((i, value));
+        }
+        value = value.wrapping_mul(10).wrapping_add(u64::from(b - b'0'));
+        i += 1;
+    }
+    Err(Stop::More)
+}
+
+/// How many of the eight bytes of `w` (first byte lowest) are ASCII digits before the first
+/// byte that is not.
+#[inline]
+fn leading_digits(w: u64) -> usize {
+    const LO: u64 = 0x0F0F_0F0F_0F0F_0F0F;
+    const HI: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    // Non-zero in a byte that is not `0x30..=0x39`: a high nibble other than 3, or a low
+    // nibble above 9 (no carries cross bytes: a nibble plus 6 fits in the byte).
+    let bad = ((w & HI) ^ 0x3030_3030_3030_3030) | (((w & LO) + 0x0606_0606_0606_0606) & HI);
+    // The high bit of each non-zero byte.
+    let flags =
+        (((bad & 0x7F7F_7F7F_7F7F_7F7F) + 0x7F7F_7F7F_7F7F_7F7F) | bad) & 0x8080_8080_8080_8080;
+    (flags.trailing_zeros() / 8) as usize
+}
+
+/// The value of the first `n` (1..=8) bytes of `w`, which are ASCII digits, first byte most
+/// significant.
+#[inline]
+fn digits_word_value(w: u64, n: usize) -> u64 {
+    // Digits to values; borrows only reach the bytes after the digits, which the shift drops,
+    // leaving leading zeros in front.
+    let v = w.wrapping_sub(0x3030_3030_3030_3030) << (8 * (8 - n));
+    // Pairs, then quads, then the eight (10·2⁸+1, 100·2¹⁶+1, 10000·2³²+1).
+    let v = (v & 0x0F0F_0F0F_0F0F_0F0F).wrapping_mul(2561) >> 8;
+    let v = (v & 0x00FF_00FF_00FF_00FF).wrapping_mul(6_553_601) >> 16;
+    (v & 0x0000_FFFF_0000_FFFF).wrapping_mul(42_949_672_960_001) >> 32
+}
+
+/// The value of at most 19 ASCII digits.
+#[inline]
+fn digits_value(d: &[u8]) -> u64 {
+    d.iter().fold(0, |m, &b| m * 10 + u64::from(b - b'0'))
+}
+
 /// Index of the first `"`, `\` or control character (< 0x20) in `s`, eight bytes at a time.
 #[inline]
 fn find_special(s: &[u8]) -> Option<usize> {
@@ -609,4 +689,38 @@ fn find_special(s: &[u8]) -> Option<usize> {
         .iter()
         .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
         .map(|k| i + k)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digit_words() {
+        for text in [
+            "0", "7", "12", "123", "99999999", "12345678", "1234567,", "00000001", "9.5", "x",
+            "1e5", "42\"}", "/0123:9", "87654321",
+        ] {
+            let mut w = [b' '; 8];
+            let n = text.len().min(8);
+            w[..n].copy_from_slice(&text.as_bytes()[..n]);
+            let word = u64::from_le_bytes(w);
+            let want = w.iter().take_while(|b| b.is_ascii_digit()).count();
+            assert_eq!(leading_digits(word), want, "{text}");
+            if want > 0 {
+                let value: u64 = std::str::from_utf8(&w[..want]).unwrap().parse().unwrap();
+                assert_eq!(digits_word_value(word, want), value, "{text}");
+            }
+        }
+        // Every byte value next to digits.
+        for b in 0..=255u8 {
+            let word = u64::from_le_bytes([b'1', b'2', b, b'3', b'4', b'5', b'6', b'7']);
+            let want = if b.is_ascii_digit() { 8 } else { 2 };
+            assert_eq!(leading_digits(word), want, "byte {b:#x}");
+        }
+        let s = b"12345678901234567890123,";
+        assert_eq!(digits(s, 0).ok().map(|d| d.0), Some(23));
+        assert_eq!(digits(s, 5).ok(), Some((23, 678_901_234_567_890_123)));
+        assert!(matches!(digits(b"123", 0), Err(Stop::More)));
+    }
 }

@@ -56,6 +56,29 @@ pub(super) struct Interner {
     /// Keyed by bytes so that the fast path can look a name up before validating it.
     pub(super) map: HashMap<Box<[u8]>, u32, BuildHasherDefault<FxHasher>>,
     pub(super) strings: Vec<Box<str>>,
+    /// Ids (+1; 0 is empty) of recently interned strings by [`quick_hash`]: a trace repeats a
+    /// few hundred names, and this finds most of them without hashing a long kernel name whole.
+    pub(super) recent: Vec<u32>,
+}
+
+/// Slots in [`Interner::recent`] (a power of two).
+const RECENT: usize = 1024;
+
+/// A cheap hash of a string's length and its first and last eight bytes.
+#[inline]
+fn quick_hash(b: &[u8]) -> usize {
+    let word = |s: &[u8]| {
+        let mut w = [0u8; 8];
+        w[..s.len()].copy_from_slice(s);
+        u64::from_le_bytes(w)
+    };
+    let n = b.len();
+    let (head, tail) = if n >= 8 {
+        (word(&b[..8]), word(&b[n - 8..]))
+    } else {
+        (word(b), 0)
+    };
+    ((head ^ tail.rotate_left(29) ^ n as u64).wrapping_mul(FX_SEED) >> 40) as usize
 }
 
 impl Interner {
@@ -67,14 +90,30 @@ impl Interner {
         self.insert(s)
     }
 
-    /// Interns the text of `bytes`; `None` when they are not UTF-8. Bytes already interned
-    /// are known to be valid, so only a new string is checked.
+    /// Interns the text of `bytes`; `None` when they are not UTF-8 or hold a control character
+    /// (which a JSON string cannot). Strings already interned were checked, so only a new one is.
     #[inline]
     pub(super) fn intern_bytes(&mut self, bytes: &[u8]) -> Option<StrId> {
-        if let Some(&id) = self.map.get(bytes) {
-            return Some(StrId(id));
+        let slot = quick_hash(bytes) & (RECENT - 1);
+        if let Some(&id) = self.recent.get(slot) {
+            if id != 0 && self.strings[(id - 1) as usize].as_bytes() == bytes {
+                return Some(StrId(id - 1));
+            }
         }
-        Some(self.insert(std::str::from_utf8(bytes).ok()?))
+        let id = match self.map.get(bytes) {
+            Some(&id) => StrId(id),
+            None => {
+                if bytes.iter().any(|&b| b < 0x20) {
+                    return None;
+                }
+                self.insert(std::str::from_utf8(bytes).ok()?)
+            }
+        };
+        if self.recent.is_empty() {
+            self.recent = vec![0; RECENT];
+        }
+        self.recent[slot] = id.0 + 1;
+        Some(id)
     }
 
     #[cold]
