@@ -217,6 +217,34 @@ pub(crate) fn summarize(source: &TraceSource, opts: &Options) -> Result<RankSumm
     let path = source.path();
     let (rows, rank, rank_source) = read_rank(source)?;
     let sym = Symbols::new(&rows);
+    // The op table needs nothing from the other analyses: it runs on a second thread meanwhile
+    // (a single large rank otherwise leaves the second core idle once it is read).
+    std::thread::scope(|scope| {
+        let ops = std::thread::Builder::new()
+            .name("kinetrace-ops".into())
+            .spawn_scoped(scope, || op_table(&rows, &sym))
+            .ok();
+        let mut summary = summarize_rows(path, &rows, rank, rank_source, &sym, opts);
+        summary.ops = match ops {
+            Some(handle) => match handle.join() {
+                Ok(ops) => ops,
+                Err(panic) => panic::resume_unwind(panic),
+            },
+            None => op_table(&rows, &sym),
+        };
+        Ok(summary)
+    })
+}
+
+/// Every analysis of one rank but the op table (left empty).
+fn summarize_rows(
+    path: &Path,
+    rows: &Rows,
+    rank: i64,
+    rank_source: RankSource,
+    sym: &Symbols,
+    opts: &Options,
+) -> RankSummary {
     let mut used = vec![false; rows.strings.len()];
     for r in &rows.rows {
         used[r.name as usize] = true;
@@ -234,13 +262,13 @@ pub(crate) fn summarize(source: &TraceSource, opts: &Options) -> Result<RankSumm
     } else {
         StepFilter::DropLastStep
     };
-    let filtered = analyze_rank(rank, &rows, &sym, &hta_view(&rows, &sym, filter), &opts.hta);
+    let filtered = analyze_rank(rank, rows, sym, &hta_view(rows, sym, filter), &opts.hta);
     let unfiltered = (step_symbols.len() < 2).then(|| {
         analyze_rank(
             rank,
-            &rows,
-            &sym,
-            &hta_view(&rows, &sym, StepFilter::All),
+            rows,
+            sym,
+            &hta_view(rows, sym, StepFilter::All),
             &opts.hta,
         )
     });
@@ -251,21 +279,21 @@ pub(crate) fn summarize(source: &TraceSource, opts: &Options) -> Result<RankSumm
         .chain(rows.mem.iter().map(|m| m.ts))
         .min()
         .unwrap_or(0);
-    let step_rows = steps(rank, &rows, &sym, origin);
+    let step_rows = steps(rank, rows, sym, origin);
     let phase_spans = if rows.mem.is_empty() {
         Vec::new()
     } else {
-        phases(rank, &rows, &step_rows, origin)
+        phases(rank, rows, &step_rows, origin)
     };
     let mem = memory(
         rank,
-        &rows,
+        rows,
         &step_rows,
         &phase_spans,
         origin,
         opts.memory_points,
     );
-    Ok(RankSummary {
+    RankSummary {
         file: path.to_owned(),
         rank,
         rank_source,
@@ -276,11 +304,11 @@ pub(crate) fn summarize(source: &TraceSource, opts: &Options) -> Result<RankSumm
         step_symbols,
         filtered,
         unfiltered,
-        ops: op_table(&rows, &sym),
+        ops: Vec::new(),
         steps: step_rows,
         memory: mem,
         phases: phase_spans,
-    })
+    }
 }
 
 /// Progress of a run, for a progress indicator.

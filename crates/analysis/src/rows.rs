@@ -100,18 +100,6 @@ impl Rows {
     }
 }
 
-struct Pending {
-    index: u32,
-    name: u32,
-    cat: u32,
-    thread: u32,
-    stream: i64,
-    corr: i64,
-    ext: i64,
-    ts: RawNum,
-    dur: RawNum,
-}
-
 /// HTA's rounding: `(ceil(ts), floor(ts + dur) − ceil(ts))` in µs, as ns.
 fn hta_rounded(ts: RawNum, dur: RawNum) -> (i64, i64) {
     let t = ts.as_f64();
@@ -132,9 +120,13 @@ fn hta_rounded(ts: RawNum, dur: RawNum) -> (i64, i64) {
 /// reader's events are not kept.
 /// `path` names the input in errors.
 pub(crate) fn load_rows<R: Read + Send>(path: &Path, input: R) -> Result<Rows, ReadError> {
-    let mut pending: Vec<Pending> = Vec::new();
-    let mut mem = Vec::new();
+    // Rows are built as events arrive, with HTA's rounded clock and the exact one (without the
+    // base time, which may come after `traceEvents`); one pass at the end picks the clock HTA
+    // uses and adds the base. No second copy of the rows is made.
+    let mut rows: Vec<Row> = Vec::new();
     let mut threads: FastMap<(RowId, RowId), u32> = FastMap::default();
+    // Events come in runs from one thread: the last (pid, tid) saves most lookups.
+    let mut last_thread: Option<(RowId, RowId, u32)> = None;
     let mut any_float_ts = false;
     let mut count: u64 = 0;
     let mut raw_mem: Vec<(RawNum, i64, i64, i64)> = Vec::new();
@@ -158,9 +150,19 @@ pub(crate) fn load_rows<R: Read + Send>(path: &Path, input: R) -> Result<Rows, R
         if text(cat.0) == "Trace" {
             return;
         }
-        let next = threads.len() as u32;
-        let thread = *threads.entry((ev.pid, ev.tid)).or_insert(next);
-        pending.push(Pending {
+        let thread = match &last_thread {
+            Some((pid, tid, id)) if *pid == ev.pid && *tid == ev.tid => *id,
+            _ => {
+                let next = threads.len() as u32;
+                let id = *threads
+                    .entry((ev.pid.clone(), ev.tid.clone()))
+                    .or_insert(next);
+                last_thread = Some((ev.pid, ev.tid, id));
+                id
+            }
+        };
+        let (hts, hdur) = hta_rounded(ev.ts, dur);
+        rows.push(Row {
             index,
             name: ev.name.0,
             cat: cat.0,
@@ -168,42 +170,29 @@ pub(crate) fn load_rows<R: Read + Send>(path: &Path, input: R) -> Result<Rows, R
             stream: ev.stream.unwrap_or(-1),
             corr: ev.correlation.unwrap_or(-1),
             ext: ev.external_id.unwrap_or(-1),
-            ts: ev.ts,
-            dur,
+            hts,
+            hdur,
+            ts: ev.ts.us_to_ns(),
+            dur: dur.us_to_ns(),
         });
     })?;
-    let base = trace.base_time_ns;
-    for (ts, device, allocated, reserved) in raw_mem {
-        mem.push(MemSample {
-            ts: ts.us_to_ns().saturating_add(base.unwrap_or(0)),
+    let base = trace.base_time_ns.unwrap_or(0);
+    let mem = raw_mem
+        .into_iter()
+        .map(|(ts, device, allocated, reserved)| MemSample {
+            ts: ts.us_to_ns().saturating_add(base),
             device,
             allocated,
             reserved,
-        });
-    }
-    let rows = pending
-        .into_iter()
-        .map(|p| {
-            let (hts, hdur) = if any_float_ts {
-                hta_rounded(p.ts, p.dur)
-            } else {
-                (p.ts.us_to_ns(), p.dur.us_to_ns())
-            };
-            Row {
-                index: p.index,
-                name: p.name,
-                cat: p.cat,
-                thread: p.thread,
-                stream: p.stream,
-                corr: p.corr,
-                ext: p.ext,
-                hts,
-                hdur,
-                ts: p.ts.us_to_ns().saturating_add(base.unwrap_or(0)),
-                dur: p.dur.us_to_ns(),
-            }
         })
         .collect();
+    for r in &mut rows {
+        if !any_float_ts {
+            // HTA uses the values as written: the exact clock before the base is added.
+            (r.hts, r.hdur) = (r.ts, r.dur);
+        }
+        r.ts = r.ts.saturating_add(base);
+    }
     Ok(Rows {
         strings: trace.strings,
         rows,
@@ -211,7 +200,7 @@ pub(crate) fn load_rows<R: Read + Send>(path: &Path, input: R) -> Result<Rows, R
         rounded: any_float_ts,
         rank: trace.rank,
         events: count,
-        base_ns: base,
+        base_ns: trace.base_time_ns,
         metadata: trace.metadata,
     })
 }

@@ -1093,6 +1093,105 @@ fn pipelined_gzip_matches_inline() {
     assert!(p.message.contains("gzip"), "{p}");
 }
 
+/// A reader that hands out `chunk` bytes at a time, so the read window's edge falls everywhere.
+struct Chunks<'a> {
+    data: &'a [u8],
+    chunk: usize,
+}
+
+impl Read for Chunks<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.chunk.min(buf.len()).min(self.data.len());
+        buf[..n].copy_from_slice(&self.data[..n]);
+        self.data = &self.data[n..];
+        Ok(n)
+    }
+}
+
+/// Events the fast path takes and ones it leaves to serde_json (escapes in names, strings as
+/// numbers, arrays where a number goes), with `},{`, `]`, escapes and nested objects inside
+/// strings and args: wherever a read ends, every event reads the same, and as an independent
+/// `serde_json::Value` parse of the same text says.
+#[test]
+fn events_read_the_same_wherever_the_window_ends() {
+    let shapes = [
+        r#"{"ph":"X","cat":"kernel","name":"k},{[@]","pid":0,"tid":7,"ts":1000.125,"dur":1.5,"args":{"stream":7,"correlation":@,"grid":[1,{"x":"]}"}],"note":"a\"},{\"b"}}"#,
+        r#"{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 2000, "dur": 3, "args": {"External id": @, "Input Dims": [[2, 3], [3, 4]], "Call stack": "f.py(1): g\n\u00e9"}}"#,
+        r#"{"ph":"X","cat":"kernel","name":"esc\"aped @","pid":0,"tid":7,"ts":3000,"dur":1,"args":{"stream":"0x0","correlation":"@"}}"#,
+        r#"{"ph":"i","cat":"cpu_instant_event","name":"[memory]","pid":1,"tid":1,"ts":4000.5,"args":{"Total Allocated":@,"Total Reserved":4096,"Device Id":0,"Bytes":[1]}}"#,
+        r#"{"ph":"f","id":@,"pid":"Spans","tid":"","ts":5000,"cat":"ac2g","name":"ac2g","bp":"e"}"#,
+    ];
+    let mut text = String::from("{\"schemaVersion\": 1, \"traceEvents\": [\n");
+    let n = 4_000;
+    for i in 0..n {
+        if i > 0 {
+            text.push_str(",\n");
+        }
+        text.push_str(&shapes[i % shapes.len()].replace('@', &i.to_string()));
+    }
+    text.push_str("\n]}\n");
+    assert!(text.len() > 2 * 256 * 1024, "{}", text.len());
+
+    // The reference: each event as a serde_json::Value.
+    let whole: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let reference = whole["traceEvents"].as_array().unwrap();
+    let read = |r: &mut dyn Read| {
+        let mut events = Vec::new();
+        let t = for_each_event_from_reader(Path::new("w.json"), r, |e, strings| {
+            events.push((format!("{e:?}"), strings[e.name.0 as usize].to_string()));
+        })
+        .unwrap();
+        (events, t.strings)
+    };
+    let (events, strings) = read(&mut Cursor::new(text.as_bytes()));
+    assert_eq!(events.len(), n);
+    for (i, ((_, name), want)) in events.iter().zip(reference).enumerate() {
+        assert_eq!(name, want["name"].as_str().unwrap(), "event {i}");
+    }
+    let t = parse(text.as_bytes()).unwrap();
+    for (i, (e, want)) in t.events.iter().zip(reference).enumerate() {
+        let args = &want["args"];
+        let int = |v: &serde_json::Value| v.as_i64().or_else(|| v.as_str()?.parse().ok());
+        assert_eq!(e.correlation, int(&args["correlation"]), "event {i}");
+        assert_eq!(e.external_id, int(&args["External id"]), "event {i}");
+        assert_eq!(
+            e.total_allocated,
+            int(&args["Total Allocated"]),
+            "event {i}"
+        );
+        assert_eq!(e.mem_bytes, None, "event {i}");
+        assert_eq!(e.flow_id, want["id"].as_i64(), "event {i}");
+        assert_eq!(e.stream, args["stream"].as_i64(), "event {i}");
+        assert_eq!(e.ts.as_f64(), want["ts"].as_f64().unwrap(), "event {i}");
+    }
+    for chunk in [1, 7, 4093, 100_000] {
+        let (e, s) = read(&mut Chunks {
+            data: text.as_bytes(),
+            chunk,
+        });
+        assert!(e == events, "chunks of {chunk}");
+        assert_eq!(s, strings, "chunks of {chunk}");
+    }
+    let gz = gzip(text.as_bytes());
+    let (e, s) = read(&mut Chunks {
+        data: &gz,
+        chunk: 5,
+    });
+    assert!(e == events && s == strings);
+
+    // A syntax error inside an event the fast path would take is reported at its byte.
+    let at = text.find(r#""dur": 3,"#).unwrap();
+    let mut bad = text.clone().into_bytes();
+    bad[at + 7] = b'}';
+    for chunk in [1, 4093] {
+        let err = read_trace_from_reader(Path::new("bad.json"), Chunks { data: &bad, chunk })
+            .unwrap_err();
+        assert_eq!(err.offset, Some(at as u64 + 7), "{err}");
+        assert!(err.to_string().starts_with("bad.json: at byte "), "{err}");
+        assert!(err.message.contains("traceEvents[1]"), "{err}");
+    }
+}
+
 #[test]
 fn truncated_json_reports_offset_at_the_cut() {
     for cut in [1, 10, SMALL.len() / 3, SMALL.len() / 2, SMALL.len() - 3] {

@@ -141,7 +141,7 @@ impl Visitor<'_> for PhaseSeed {
 }
 
 /// Interns a `cat`/`name` string; numbers are interned as their text; `null` is `None`.
-pub(super) struct InternSeed<'s>(&'s mut Interner);
+pub(super) struct InternSeed<'s>(pub(super) &'s mut Interner);
 
 impl<'de> DeserializeSeed<'de> for InternSeed<'_> {
     type Value = Option<StrId>;
@@ -212,7 +212,7 @@ impl Visitor<'_> for RowIdSeed {
 }
 
 /// `ts`/`dur`: a number kept as written; a numeric string is accepted; `null` is `None`.
-pub(super) struct NumSeed(&'static str);
+pub(super) struct NumSeed(pub(super) &'static str);
 
 impl<'de> DeserializeSeed<'de> for NumSeed {
     type Value = Option<RawNum>;

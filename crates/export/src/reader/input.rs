@@ -218,6 +218,14 @@ impl<R: Read> Input<R> {
     /// Reads more, keeping `buf[pos..end]` (moved to the front). `false` at the end of input.
     #[cold]
     pub(super) fn fill(&mut self) -> io::Result<bool> {
+        self.fill_some(1)
+    }
+
+    /// [`Input::fill`], reading until at least `min` new bytes are in (or the window is full,
+    /// or the input ends): the fast event path restarts an event after a fill, so it asks for
+    /// enough that a reader returning a few bytes at a time does not make that quadratic.
+    #[cold]
+    pub(super) fn fill_some(&mut self, min: usize) -> io::Result<bool> {
         if self.eof {
             return Ok(false);
         }
@@ -231,7 +239,8 @@ impl<R: Read> Input<R> {
             self.buf.resize(self.buf.len() * 2, 0);
         }
         // The first fill takes at least 3 bytes (or all there is) to see a BOM.
-        let want = if self.started { self.end + 1 } else { 3 };
+        let want =
+            if self.started { self.end + 1 } else { 3 }.max((self.end + min).min(self.buf.len()));
         let before = self.end;
         while self.end < want {
             match self.inner.read(&mut self.buf[self.end..]) {

@@ -8,13 +8,19 @@
 //!   thread while the calling thread parses (four recycled 256 KiB buffers between them);
 //!   the `_from_reader` functions, whose input need not be `Send`, inflate inline. Inflating
 //!   uses zlib-rs (flate2's `zlib-rs` backend, with run-time CPU feature detection).
-//! - The JSON is parsed in one streaming pass. A small structural scanner walks the top-level
-//!   object and the `traceEvents` array and finds where each value ends; serde_json then
-//!   parses exactly that slice with custom `DeserializeSeed`/`Visitor`s (its slice parser is
-//!   about twice as fast as its `io::Read` one). No `serde_json::Value` is built per event:
-//!   each event becomes a [`TraceEvent`] directly; `args` keys other than the few named by
-//!   [`TraceEvent`] are skipped with `IgnoredAny`. `cat` and `name` are interned, so the only
-//!   per-event allocations are new distinct strings and string pids/tids (span rows).
+//! - The JSON is parsed in one streaming pass over a read window. Each event is first read by
+//!   a hand-written scanner (`fast.rs`) straight from the window: keys are matched as bytes,
+//!   numbers are read eight digits at a time, `cat`/`name` are interned without re-validating
+//!   a name seen before, and values no field needs are skipped while being checked against
+//!   the JSON grammar. Its values go through the same `Visitor`s as the serde path, and on
+//!   anything it does not handle exactly as serde_json would (an escape in a kept string, a
+//!   control character, an integer past `u64`, a float out of range, deep nesting, a type the
+//!   field does not take, any syntax error, a missing `ph`/`name`/`ts`) it gives up and the
+//!   event is parsed the older way: a small structural scanner finds where the value ends and
+//!   serde_json parses exactly that slice with custom `DeserializeSeed`/`Visitor`s. So what is
+//!   accepted, the values and the error messages are serde_json's. Top-level values other
+//!   than `traceEvents` always take the serde path. No `serde_json::Value` is built per event;
+//!   the only per-event allocations are new distinct strings and string pids/tids (span rows).
 //! - Memory is the event vector plus the interned strings and a 256 KiB read window (grown
 //!   only for a single value bigger than that), not the file or a DOM. [`for_each_event`]
 //!   does not even keep the events.
@@ -453,11 +459,13 @@ fn open(path: &Path) -> Result<File, ReadError> {
 }
 
 mod event;
+mod fast;
 mod input;
 mod parse;
 mod rank;
 
 use event::*;
+use fast::*;
 use input::*;
 use parse::*;
 pub use rank::{rank_like_hta, rank_like_hta_from_reader};

@@ -53,25 +53,83 @@ impl Hasher for FxHasher {
 
 #[derive(Default)]
 pub(super) struct Interner {
-    pub(super) map: HashMap<Box<str>, u32, BuildHasherDefault<FxHasher>>,
+    /// Keyed by bytes so that the fast path can look a name up before validating it.
+    pub(super) map: HashMap<Box<[u8]>, u32, BuildHasherDefault<FxHasher>>,
     pub(super) strings: Vec<Box<str>>,
+    /// Ids (+1; 0 is empty) of recently interned strings by [`quick_hash`]: a trace repeats a
+    /// few hundred names, and this finds most of them without hashing a long kernel name whole.
+    pub(super) recent: Vec<u32>,
+}
+
+/// Slots in [`Interner::recent`] (a power of two).
+const RECENT: usize = 1024;
+
+/// A cheap hash of a string's length and its first and last eight bytes.
+#[inline]
+fn quick_hash(b: &[u8]) -> usize {
+    let word = |s: &[u8]| {
+        let mut w = [0u8; 8];
+        w[..s.len()].copy_from_slice(s);
+        u64::from_le_bytes(w)
+    };
+    let n = b.len();
+    let (head, tail) = if n >= 8 {
+        (word(&b[..8]), word(&b[n - 8..]))
+    } else {
+        (word(b), 0)
+    };
+    ((head ^ tail.rotate_left(29) ^ n as u64).wrapping_mul(FX_SEED) >> 40) as usize
 }
 
 impl Interner {
     #[inline]
     pub(super) fn intern(&mut self, s: &str) -> StrId {
-        if let Some(&id) = self.map.get(s) {
+        if let Some(&id) = self.map.get(s.as_bytes()) {
             return StrId(id);
         }
+        self.insert(s)
+    }
+
+    /// Interns the text of `bytes`; `None` when they are not UTF-8 or hold a control character
+    /// (which a JSON string cannot). Strings already interned were checked, so only a new one is.
+    #[inline]
+    pub(super) fn intern_bytes(&mut self, bytes: &[u8]) -> Option<StrId> {
+        let slot = quick_hash(bytes) & (RECENT - 1);
+        if let Some(&id) = self.recent.get(slot) {
+            if id != 0 && self.strings[(id - 1) as usize].as_bytes() == bytes {
+                return Some(StrId(id - 1));
+            }
+        }
+        let id = match self.map.get(bytes) {
+            Some(&id) => StrId(id),
+            None => {
+                if bytes.iter().any(|&b| b < 0x20) {
+                    return None;
+                }
+                self.insert(std::str::from_utf8(bytes).ok()?)
+            }
+        };
+        if self.recent.is_empty() {
+            self.recent = vec![0; RECENT];
+        }
+        self.recent[slot] = id.0 + 1;
+        Some(id)
+    }
+
+    #[cold]
+    fn insert(&mut self, s: &str) -> StrId {
         let id = self.strings.len() as u32;
         self.strings.push(s.into());
-        self.map.insert(s.into(), id);
+        self.map.insert(s.as_bytes().into(), id);
         StrId(id)
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Top level
+
+/// Bytes the fast path asks for when an event runs past the buffered data.
+const FAST_REFILL: usize = 16 * 1024;
 
 /// The top-level object: keys, the `traceEvents` array and the other values.
 pub(super) struct Parser<R, F> {
@@ -214,12 +272,31 @@ impl<R: Read, F: FnMut(TraceEvent, &[Box<str>])> Parser<R, F> {
                 }
             }
             first = false;
-            let event = self.input.parse_value(EventSeed {
-                strings: &mut self.strings,
-            })?;
+            let event = self.event()?;
             (self.on_event)(event, &self.strings.strings);
             self.index += 1;
         }
+    }
+
+    /// The event at `buf[pos]`: the fast path when it can, else serde_json on the slice.
+    #[inline]
+    fn event(&mut self) -> Result<TraceEvent, Fail> {
+        loop {
+            let input = &mut self.input;
+            match parse_event(&input.buf[input.pos..input.end], &mut self.strings) {
+                Fast::Done(event, len) => {
+                    input.pos += len;
+                    return Ok(event);
+                }
+                // Asking for at least as much again as is buffered keeps a huge event linear.
+                // At the end of the input serde_json reports the truncation.
+                Fast::More if input.fill_some(FAST_REFILL.max(input.end - input.pos))? => {}
+                Fast::More | Fast::Fallback => break,
+            }
+        }
+        self.input.parse_value(EventSeed {
+            strings: &mut self.strings,
+        })
     }
 
     /// The next non-whitespace byte, which must exist.

@@ -2,6 +2,7 @@
 
 use super::rank::{find_bytes, find_rank};
 use super::*;
+use proptest::prelude::*;
 
 #[test]
 fn float_us_rounds_to_nearest_ns() {
@@ -43,4 +44,297 @@ fn find_bytes_works() {
     assert_eq!(find_bytes(b"a", b"ab"), None);
     assert_eq!(find_bytes(b"", b"ab"), None);
     assert_eq!(find_bytes(b"xxab", b"ab"), Some(2));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fast event path against serde_json
+
+/// What serde_json (the path every event took before the fast path) makes of `bytes`: the
+/// event's `Debug` text (which tells `-0.0` from `0.0`) and the strings interned.
+fn serde_event(bytes: &[u8]) -> Result<(String, Vec<Box<str>>), String> {
+    let mut strings = Interner::default();
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let event = EventSeed {
+        strings: &mut strings,
+    }
+    .deserialize(&mut de)
+    .and_then(|v| de.end().map(|()| v))
+    .map_err(|e| e.to_string())?;
+    Ok((format!("{event:?}"), strings.strings))
+}
+
+/// Checks the fast path on the bytes of one event: when it answers, it answers what serde_json
+/// does, and it never asks for more bytes after a valid event. Every strict prefix must ask for
+/// more or fall back. Returns whether the fast path took it.
+fn check_fast(bytes: &[u8]) -> bool {
+    let mut strings = Interner::default();
+    let took = match parse_event(bytes, &mut strings) {
+        Fast::Done(event, len) => {
+            let text = String::from_utf8_lossy(bytes);
+            assert_eq!(len, bytes.len(), "length of {text}");
+            let (want, want_strings) = serde_event(bytes)
+                .unwrap_or_else(|e| panic!("fast path took {text}, serde_json rejects it: {e}"));
+            assert_eq!(format!("{event:?}"), want, "event {text}");
+            assert_eq!(strings.strings, want_strings, "interned strings of {text}");
+            true
+        }
+        // Asking for more is right only where the event is cut off; at the end of the input
+        // the caller then lets serde_json report it.
+        Fast::More => {
+            assert!(
+                serde_event(bytes).is_err(),
+                "fast path asked for more after a whole event: {}",
+                String::from_utf8_lossy(bytes)
+            );
+            false
+        }
+        Fast::Fallback => false,
+    };
+    for cut in 0..bytes.len() {
+        let mut strings = Interner::default();
+        if let Fast::Done(..) = parse_event(&bytes[..cut], &mut strings) {
+            panic!(
+                "fast path took a prefix ({cut} bytes) of {}",
+                String::from_utf8_lossy(bytes)
+            );
+        }
+    }
+    took
+}
+
+#[test]
+fn fast_path_takes_kineto_events_and_matches_serde() {
+    let events = [
+        // Kineto's own shapes: float µs, args with known and unknown keys, flows, memory.
+        r#"{"ph": "X", "cat": "kernel", "name": "void at::native::f<float>(int)", "pid": 0, "tid": 7, "ts": 4458676416431.397, "dur": 2.5, "args": {"External id": 31, "device": 0, "stream": 7, "correlation": 1234, "registers per thread": 32, "grid": [1, 2, 3], "est. achieved occupancy %": 0}}"#,
+        r#"{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":1712195495406752,"dur":12,"args":{"Input Dims":[[2,3],[3,4]],"Input type":["float","float"],"Sequence number":-1,"Fwd thread id":0}}"#,
+        r#"{"ph": "s", "id": 18446744073709551615, "pid": 1, "tid": 1, "ts": 5, "cat": "ac2g", "name": "ac2g"}"#,
+        r#"{"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 7.25, "args": {"Total Reserved": 2097152, "Total Allocated": 512, "Bytes": 512.9, "Addr": 140000, "Device Id": -1, "Device Type": 0}}"#,
+        r#"{"name": "process_name", "ph": "M", "pid": "Spans", "tid": "", "args": {"name": "Spans"}}"#,
+        r#"{"ph":"X","name":"n","ts":-0,"dur":-0.0,"pid":-9223372036854775808,"tid":9223372036854775808,"args":{"stream":"0x0","device":"3","bytes":1e3,"wait_on_stream":null,"correlation":true}}"#,
+        r#"{"ph":"C","name":7,"cat":null,"ts":1E-7,"dur":123456789012345678,"id":"0x1F","args":[1,{"a":"},{"}]}"#,
+        // Strings with `},{`, escapes in skipped values, nested args.
+        r#"{"ph":"X","name":"a},{b","ts":1,"args":{"Call stack":"x.py(1): f\n\"q\" \u00e9 \/","nested":{"x":[{"y":"]}"}],"z":{}},"stream":3}}"#,
+        "{ \"ph\" : \"X\" ,\n\t\"name\" : \"é ü\" , \"ts\" : 0.1 , \"x\" : [ ] , \"y\" : { } }",
+        // Duplicates: the last one wins, as in serde's visitor.
+        r#"{"ph":"X","name":"a","name":"b","ts":1,"ts":2.0,"args":{"stream":1},"args":{"device":2}}"#,
+    ];
+    for e in events {
+        assert!(check_fast(e.as_bytes()), "the fast path fell back on {e}");
+    }
+}
+
+#[test]
+fn fast_path_falls_back_where_serde_decides() {
+    let cases = [
+        // Escapes in kept strings, control characters, malformed numbers and syntax, types.
+        r#"{"ph":"X","name":"a\"b","ts":1}"#,
+        r#"{"ph":"X","name":"a","ts":1,"x":"tab	here"}"#,
+        r#"{"ph":"X","name":"a","ts":01}"#,
+        r#"{"ph":"X","name":"a","ts":1.}"#,
+        r#"{"ph":"X","name":"a","ts":1e400}"#,
+        r#"{"ph":"X","name":"a","ts":123456789012345678901}"#,
+        r#"{"ph":"X","name":"a","ts":1,}"#,
+        r#"{"ph":"X","name":"a","ts":1 "dur":2}"#,
+        r#"{"ph":"X","name":"a","ts":[1]}"#,
+        r#"{"ph":"X","name":"a","ts":true}"#,
+        r#"{"ph":1,"name":"a","ts":1}"#,
+        r#"{"ph":"X","name":"a","ts":1,"x":"\q"}"#,
+        r#"{"ph":"X","name":"a","ts":1,"x":"\u12G4"}"#,
+        r#"{"ph":"X","name":"a","ts":1,"x":nul}"#,
+        r#"{"ph":"X","name":"a","ts":1,"args":{"stream":[1]}}"#,
+        r#"{"ph":"X","name":"a"}"#,
+        r#"{"ph":"X","ts":1}"#,
+        r#"{"name":"a","ts":1}"#,
+        r#"{}"#,
+        r#"[1]"#,
+    ];
+    for e in cases {
+        assert!(!check_fast(e.as_bytes()), "the fast path took {e}");
+    }
+    // Not UTF-8: in a kept string and in a key serde_json rejects it; in a skipped string not.
+    assert!(!check_fast(b"{\"ph\":\"X\",\"name\":\"\xff\",\"ts\":1}"));
+    assert!(!check_fast(
+        b"{\"ph\":\"X\",\"name\":\"a\",\"\xff\":1,\"ts\":1}"
+    ));
+    assert!(check_fast(
+        b"{\"ph\":\"X\",\"name\":\"a\",\"x\":\"\xff\",\"ts\":1}"
+    ));
+    // Deep nesting in a skipped value.
+    let deep = format!(
+        r#"{{"ph":"X","name":"a","ts":1,"x":{}{}}}"#,
+        "[".repeat(100),
+        "]".repeat(100)
+    );
+    assert!(!check_fast(deep.as_bytes()));
+}
+
+fn json_string() -> impl Strategy<Value = String> {
+    let piece = prop_oneof![
+        Just("abc".to_string()),
+        Just("},{".to_string()),
+        Just("]".to_string()),
+        Just(r#"\""#.to_string()),
+        Just(r"\\".to_string()),
+        Just(r"\n".to_string()),
+        Just(r"\u00e9".to_string()),
+        Just(r"\ud83d\ude00".to_string()),
+        Just("é€".to_string()),
+        Just("aten::mm".to_string()),
+        Just(" ".to_string()),
+    ];
+    proptest::collection::vec(piece, 0..4).prop_map(|p| format!("\"{}\"", p.concat()))
+}
+
+fn json_number() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "-?(0|[1-9][0-9]{0,21})(\\.[0-9]{1,20})?([eE][+-]?[0-9]{1,3})?",
+        "-?[1-9][0-9]{12,16}\\.[0-9]{1,3}",
+        "-?[0-9]{1,6}",
+        Just("9223372036854775807".to_string()),
+        Just("9223372036854775808".to_string()),
+        Just("-9223372036854775809".to_string()),
+        Just("18446744073709551616".to_string()),
+    ]
+}
+
+fn json_scalar() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => json_number(),
+        3 => json_string(),
+        1 => Just("null".to_string()),
+        1 => Just("true".to_string()),
+        1 => Just("false".to_string()),
+    ]
+}
+
+fn json_value() -> impl Strategy<Value = String> {
+    json_scalar().prop_recursive(4, 24, 4, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..4)
+                .prop_map(|v| format!("[{}]", v.join(","))),
+            proptest::collection::vec((json_string(), inner), 0..4).prop_map(|v| {
+                let members: Vec<String> =
+                    v.into_iter().map(|(k, v)| format!("{k}: {v}")).collect();
+                format!("{{{}}}", members.join(", "))
+            }),
+        ]
+    })
+}
+
+fn arg_member() -> impl Strategy<Value = String> {
+    let key = prop_oneof![
+        Just("stream"),
+        Just("correlation"),
+        Just("External id"),
+        Just("device"),
+        Just("bytes"),
+        Just("wait_on_stream"),
+        Just("Total Allocated"),
+        Just("Total Reserved"),
+        Just("Bytes"),
+        Just("Device Id"),
+        Just("grid"),
+        Just("Call stack"),
+    ];
+    (key, prop_oneof![4 => json_scalar(), 1 => json_value()])
+        .prop_map(|(k, v)| format!("\"{k}\": {v}"))
+}
+
+fn event_member() -> impl Strategy<Value = String> {
+    let ph = prop_oneof![
+        Just("\"X\"".to_string()),
+        Just("\"i\"".to_string()),
+        Just("\"M\"".to_string()),
+        Just("\"f\"".to_string()),
+        json_scalar(),
+    ];
+    let args = prop_oneof![
+        4 => proptest::collection::vec(arg_member(), 0..5)
+            .prop_map(|m| format!("{{{}}}", m.join(", "))),
+        1 => json_value(),
+    ];
+    prop_oneof![
+        ph.prop_map(|v| format!("\"ph\": {v}")),
+        json_scalar().prop_map(|v| format!("\"cat\": {v}")),
+        json_scalar().prop_map(|v| format!("\"name\": {v}")),
+        json_scalar().prop_map(|v| format!("\"pid\": {v}")),
+        json_scalar().prop_map(|v| format!("\"tid\": {v}")),
+        json_scalar().prop_map(|v| format!("\"ts\": {v}")),
+        json_scalar().prop_map(|v| format!("\"dur\": {v}")),
+        json_scalar().prop_map(|v| format!("\"id\": {v}")),
+        args.prop_map(|v| format!("\"args\": {v}")),
+        (json_string(), json_value()).prop_map(|(k, v)| format!("{k}: {v}")),
+    ]
+}
+
+/// An event with the three required members (in a random place) and up to eight others.
+fn event_text() -> impl Strategy<Value = String> {
+    (
+        proptest::collection::vec(event_member(), 0..8),
+        "[a-z]{1,3}",
+        json_number(),
+        any::<proptest::sample::Index>(),
+        prop_oneof![Just(""), Just(" "), Just("\n\t ")],
+    )
+        .prop_map(|(mut members, name, ts, at, ws)| {
+            let required = [
+                "\"ph\": \"X\"".to_string(),
+                format!("\"name\": \"{name}\""),
+                format!("\"ts\": {ts}"),
+            ];
+            for (k, r) in required.into_iter().enumerate() {
+                let i = at.index(members.len() + 1);
+                members.insert((i + k) % (members.len() + 1), r);
+            }
+            format!("{{{ws}{}{ws}}}", members.join(&format!("{ws},{ws}")))
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn fast_path_agrees_with_serde(text in event_text()) {
+        check_fast(text.as_bytes());
+    }
+
+    #[test]
+    fn fast_path_agrees_with_serde_after_edits(
+        text in event_text(),
+        edits in proptest::collection::vec((any::<proptest::sample::Index>(), any::<u8>()), 1..4),
+    ) {
+        let mut bytes = text.into_bytes();
+        for (at, b) in edits {
+            let i = at.index(bytes.len());
+            bytes[i] = b;
+        }
+        check_fast(&bytes);
+    }
+}
+
+#[test]
+fn fast_path_numbers_match_serde() {
+    // Exactness at the edges of the one-rounding path and beyond it.
+    for ts in [
+        "9007199254740992.0",
+        "9007199254740993.0",
+        "0.1",
+        "0.30000000000000004",
+        "4458676416431.397",
+        "1712195495406752.8",
+        "1e22",
+        "1e23",
+        "123456789012345678.9",
+        "1234567890123456789.0",
+        "0.000000000000000000000001234",
+        "2.2250738585072014e-308",
+        "5e-324",
+        "1.7976931348623157e308",
+        "-1.5e-5",
+        "0e99",
+    ] {
+        let e = format!(r#"{{"ph":"X","name":"a","ts":{ts}}}"#);
+        assert!(check_fast(e.as_bytes()), "fell back on {ts}");
+    }
 }
