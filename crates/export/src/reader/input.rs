@@ -286,8 +286,10 @@ impl<R: Read> Input<R> {
     #[cold]
     fn fill_piped(&mut self, min: usize) -> io::Result<bool> {
         let before = self.end - self.pos;
-        // As in `fill_some`: the first fill takes at least 3 bytes (or all there is).
-        let want = if self.started { before + 1 } else { 3 }.max(before + min.min(BUF_SIZE));
+        // As in `fill_some`: the first fill takes at least 3 bytes (or all there is). `min` is
+        // not capped: the fast path asks for as much again as is buffered, so that an event
+        // much longer than a buffer is restarted a logarithmic number of times.
+        let want = if self.started { before + 1 } else { 3 }.max(before + min);
         while self.end - self.pos < want {
             let keep = self.end - self.pos;
             let offset = self.offset();
