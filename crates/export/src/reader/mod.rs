@@ -23,8 +23,9 @@
 //!   accepted, the values and the error messages are serde_json's. Top-level values other
 //!   than `traceEvents` always take the serde path. No `serde_json::Value` is built per event;
 //!   the only per-event allocations are new distinct strings and string pids/tids (span rows).
-//! - Memory is the event vector plus the interned strings and a 256 KiB read window (grown
-//!   only for a single value bigger than that), not the file or a DOM. [`for_each_event`]
+//! - Memory is the event vector plus the interned strings and a 256 KiB read window (320 KiB
+//!   pipe buffers when inflating on a second thread; grown only for a single value bigger than
+//!   that), not the file or a DOM. [`for_each_event`]
 //!   does not even keep the events.
 //! - Top-level keys other than `traceEvents` are kept as compact JSON text in
 //!   [`Trace::metadata`] (re-serialised in their original key order; these few use small
