@@ -265,13 +265,17 @@ pub(crate) fn hta_view(rows: &Rows, sym: &Symbols, filter: StepFilter) -> Vec<u3
             Box::new(move |_| any)
         }
     };
-    let mut cpu_by_corr: FastMap<i64, u32> = FastMap::default();
     let mut kept_cpu = Vec::new();
     for (i, r) in all.iter().enumerate() {
         if is_cpu(r) && keep_cpu(r) {
-            *cpu_by_corr.entry(r.corr).or_default() += 1;
             kept_cpu.push(i as u32);
         }
+    }
+    // Sized up front: growing it by rehashing cost more (copies, page faults) than the pass above.
+    let mut cpu_by_corr: FastMap<i64, u32> =
+        FastMap::with_capacity_and_hasher(kept_cpu.len(), Default::default());
+    for &i in &kept_cpu {
+        *cpu_by_corr.entry(all[i as usize].corr).or_default() += 1;
     }
     let mut view = Vec::new();
     for (i, r) in all.iter().enumerate() {

@@ -114,7 +114,17 @@ pub(crate) fn op_table(rows: &Rows, sym: &Symbols) -> Vec<OpStat> {
         }
     }
     // GPU time by External id.
-    let mut owner: FastMap<i64, usize> = FastMap::default();
+    // Maps sized from a count pass: growing them by rehashing cost more (copies, page faults)
+    // than counting.
+    let owned = ops
+        .iter()
+        .filter(|&&i| {
+            let r = &all[i as usize];
+            r.ext != -1 && matches!(kind(r), Some(OpKind::CpuOp | OpKind::Annotation))
+        })
+        .count();
+    let mut owner: FastMap<i64, usize> =
+        FastMap::with_capacity_and_hasher(owned, Default::default());
     for (k, &i) in ops.iter().enumerate() {
         let r = &all[i as usize];
         if r.ext == -1 {
@@ -130,7 +140,15 @@ pub(crate) fn op_table(rows: &Rows, sym: &Symbols) -> Vec<OpStat> {
             _ => {}
         }
     }
-    let mut runtime_by_corr: FastMap<i64, usize> = FastMap::default();
+    let runtimes = ops
+        .iter()
+        .filter(|&&i| {
+            let r = &all[i as usize];
+            r.corr != -1 && kind(r) == Some(OpKind::Runtime)
+        })
+        .count();
+    let mut runtime_by_corr: FastMap<i64, usize> =
+        FastMap::with_capacity_and_hasher(runtimes, Default::default());
     for (k, &i) in ops.iter().enumerate() {
         let r = &all[i as usize];
         if r.corr != -1 && kind(r) == Some(OpKind::Runtime) {

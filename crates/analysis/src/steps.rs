@@ -17,7 +17,7 @@ use serde::Serialize;
 use crate::fastmap::FastMap;
 use crate::hta::Symbols;
 use crate::kernel::KernelType;
-use crate::rows::Rows;
+use crate::rows::{Row, Rows};
 use crate::units::Us;
 
 /// One step on one rank.
@@ -105,8 +105,11 @@ pub(crate) fn steps(rank: i64, rows: &Rows, sym: &Symbols, origin_ns: i64) -> Ve
             .find(|(_, (s, e))| *s <= t && t < *e)
             .map(|(n, _)| *n)
     };
-    let mut launch: FastMap<i64, i64> = FastMap::default();
-    for r in all.iter().filter(|r| r.corr != -1 && !sym.is_gpu_row(r)) {
+    let launchers = |r: &&Row| r.corr != -1 && !sym.is_gpu_row(r);
+    // Sized from a count pass: growing it by rehashing cost more (copies, page faults).
+    let n = all.iter().filter(launchers).count();
+    let mut launch: FastMap<i64, i64> = FastMap::with_capacity_and_hasher(n, Default::default());
+    for r in all.iter().filter(launchers) {
         launch.insert(r.corr, r.ts);
     }
     #[derive(Default)]

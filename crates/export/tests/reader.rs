@@ -1093,6 +1093,82 @@ fn pipelined_gzip_matches_inline() {
     assert!(p.message.contains("gzip"), "{p}");
 }
 
+/// The pipe's buffers become the parser's window with the unparsed rest moved into their head;
+/// a rest longer than the head (values of 100 KB and 700 KB, crossing several buffers, some
+/// with `},{` and `]` in them), a byte-order mark and errors after long values read exactly as
+/// on one thread, with the same offsets.
+#[test]
+fn pipelined_long_values_and_errors_match_inline() {
+    let long_event = |i: usize, len: usize| {
+        let filler = "x},{\\\"]".repeat(len / 7);
+        format!(
+            r#"{{"ph":"X","cat":"cpu_op","name":"long{i}","pid":1,"tid":1,"ts":{i},"dur":1,"args":{{"note":"{filler}","n":[{{"a":"]"}}]}}}}"#
+        )
+    };
+    let mut events = Vec::new();
+    for i in 0..6_000 {
+        events.push(match i {
+            1_000 => long_event(i, 100_000),
+            2_500 => long_event(i, 700_000),
+            2_501 => long_event(i, 70_000),
+            _ => format!(
+                r#"{{"ph":"X","cat":"kernel","name":"k{}","pid":0,"tid":7,"ts":{i},"dur":2,"args":{{"stream":7,"correlation":{i}}}}}"#,
+                i % 97
+            ),
+        });
+    }
+    let body = format!(r#"{{"traceEvents":[{}]}}"#, events.join(","));
+    let collect = |pipelined: bool, bytes: &[u8]| {
+        let mut seen = Vec::new();
+        let mut on = |e: TraceEvent, strings: &[Box<str>]| {
+            seen.push((strings[e.name.0 as usize].to_string(), e.ts, e.correlation));
+        };
+        let t = if pipelined {
+            for_each_event_pipelined(Path::new("p.json.gz"), Cursor::new(bytes), &mut on)
+        } else {
+            for_each_event_from_reader(Path::new("p.json.gz"), Cursor::new(bytes), &mut on)
+        };
+        (
+            t.map(|t| t.strings).map_err(|e| (e.offset, e.message)),
+            seen,
+        )
+    };
+    let with_bom = [b"\xEF\xBB\xBF".as_slice(), body.as_bytes()].concat();
+    for text in [body.as_bytes(), &with_bom] {
+        let gz = gzip(text);
+        let (inline_strings, inline) = collect(false, &gz);
+        let (piped_strings, piped) = collect(true, &gz);
+        assert_eq!(inline.len(), 6_000);
+        assert_eq!(piped, inline);
+        assert_eq!(piped_strings.unwrap(), inline_strings.unwrap());
+    }
+    // Errors right after the long values, inside the longest, and at the very end: a `!` in
+    // place of a `{` or `[` that starts a value.
+    let after = |needle: &str, then: &str| {
+        let from = body.find(needle).unwrap();
+        from + body[from..].find(then).unwrap()
+    };
+    let cuts = [
+        after("long1000", r#"{"ph""#),
+        after("long2500", r#""n":["#) + 5,
+        after("long2501", r#"{"ph""#),
+        body.len() - 1,
+    ];
+    for cut in cuts {
+        let mut bad = body.clone().into_bytes();
+        bad[cut] = b'!';
+        let gz = gzip(&bad);
+        let (inline, _) = collect(false, &gz);
+        let (piped, _) = collect(true, &gz);
+        let inline = inline.unwrap_err();
+        assert_eq!(piped.unwrap_err(), inline, "cut at {cut}");
+        assert!(
+            inline.0.unwrap() >= cut as u64 - 2,
+            "{inline:?} for a cut at {cut}"
+        );
+    }
+}
+
 /// A reader that hands out `chunk` bytes at a time, so the read window's edge falls everywhere.
 struct Chunks<'a> {
     data: &'a [u8],

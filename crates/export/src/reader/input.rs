@@ -51,57 +51,57 @@ pub(super) fn decoded_stream<'a, R: Read + 'a>(
 }
 
 /// Buffers in flight between the inflating thread and the parser: enough that neither waits
-/// on the other's jitter, few enough to bound memory (4 × 256 KiB).
+/// on the other's jitter, few enough to bound memory (4 × 320 KiB).
 const PIPE_BUFFERS: usize = 4;
 
-/// One message from the inflating thread: a buffer and how much of it holds data (less than its
-/// length only at the end of the stream), or the decoder's error.
+/// Room the inflating thread leaves at the front of each buffer: the parser moves the unparsed
+/// end of its window there and makes the buffer its window, instead of copying every inflated
+/// byte out of the pipe (a longer remainder is copied the other way, see [`Input::fill_piped`]).
+pub(super) const PIPE_HEAD: usize = 64 * 1024;
+
+/// One message from the inflating thread: a buffer whose data is `buf[PIPE_HEAD..end]` (`end`
+/// is less than the buffer's length only at the end of the stream), or the decoder's error.
 type Filled = io::Result<(Vec<u8>, usize)>;
 
-/// The parser's end of the inflating pipeline: reads the buffers the inflating thread fills and
+/// The parser's end of the inflating pipeline: takes the buffers the inflating thread fills and
 /// hands each back once consumed, so the whole run allocates [`PIPE_BUFFERS`] buffers once.
 pub(super) struct Piped {
     full: Receiver<Filled>,
     free: SyncSender<Vec<u8>>,
-    cur: Vec<u8>,
-    pos: usize,
-    len: usize,
     last: bool,
 }
 
-impl Read for Piped {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        loop {
-            if self.pos < self.len {
-                let n = out.len().min(self.len - self.pos);
-                out[..n].copy_from_slice(&self.cur[self.pos..self.pos + n]);
-                self.pos += n;
-                return Ok(n);
+impl Piped {
+    /// The next filled buffer and the end of its data (which starts at [`PIPE_HEAD`]); `None`
+    /// at the end of the stream (and after an error was returned).
+    fn next(&mut self) -> io::Result<Option<(Vec<u8>, usize)>> {
+        if self.last {
+            return Ok(None);
+        }
+        match self.full.recv() {
+            Ok(Ok((buf, end))) => {
+                self.last = end < buf.len();
+                Ok(Some((buf, end)))
             }
-            if self.last {
-                return Ok(0);
+            Ok(Err(e)) => {
+                self.last = true;
+                Err(e)
             }
-            if !self.cur.is_empty() {
-                // The inflating thread may have stopped (error, end); then the buffer is dropped.
-                let _ = self.free.try_send(std::mem::take(&mut self.cur));
+            Err(_) => {
+                self.last = true;
+                Err(io::Error::other(
+                    "the inflating thread stopped before the end of the stream",
+                ))
             }
-            match self.full.recv() {
-                Ok(Ok((buf, n))) => {
-                    self.last = n < buf.len();
-                    self.cur = buf;
-                    (self.pos, self.len) = (0, n);
-                }
-                Ok(Err(e)) => {
-                    self.last = true;
-                    return Err(e);
-                }
-                Err(_) => {
-                    self.last = true;
-                    return Err(io::Error::other(
-                        "the inflating thread stopped before the end of the stream",
-                    ));
-                }
-            }
+        }
+    }
+
+    /// Hands a consumed buffer back to the inflating thread.
+    fn give_back(&mut self, buf: Vec<u8>) {
+        // Buffers shorter than the head (the window's first, empty one) are of no use there.
+        if buf.len() > PIPE_HEAD {
+            // The inflating thread may have stopped (error, end); then the buffer is dropped.
+            let _ = self.free.try_send(buf);
         }
     }
 }
@@ -116,7 +116,7 @@ pub(super) struct Inflater {
 impl Inflater {
     pub(super) fn run(self, mut decoder: impl Read) {
         while let Ok(mut buf) = self.free.recv() {
-            let mut n = 0;
+            let mut n = PIPE_HEAD;
             let mut error = None;
             while n < buf.len() {
                 match decoder.read(&mut buf[n..]) {
@@ -133,7 +133,7 @@ impl Inflater {
             // A short buffer marks the end, so data read before an error goes as a full one.
             if error.is_some() {
                 buf.truncate(n);
-                if n > 0 && self.full.send(Ok((buf, n))).is_err() {
+                if n > PIPE_HEAD && self.full.send(Ok((buf, n))).is_err() {
                     return;
                 }
             } else if self.full.send(Ok((buf, n))).is_err() {
@@ -155,15 +155,12 @@ pub(super) fn pipeline() -> (Piped, Inflater) {
     let (full_tx, full_rx) = sync_channel(PIPE_BUFFERS);
     let (free_tx, free_rx) = sync_channel(PIPE_BUFFERS);
     for _ in 0..PIPE_BUFFERS {
-        let _ = free_tx.send(vec![0; BUF_SIZE]);
+        let _ = free_tx.send(vec![0; PIPE_HEAD + BUF_SIZE]);
     }
     (
         Piped {
             full: full_rx,
             free: free_tx,
-            cur: Vec::new(),
-            pos: 0,
-            len: 0,
             last: false,
         },
         Inflater {
@@ -186,10 +183,13 @@ pub(super) struct Input<R> {
     pub(super) pos: usize,
     /// End of the valid data in `buf`.
     pub(super) end: usize,
-    /// Offset of `buf[0]` in the decompressed stream.
+    /// Offset of `buf[0]` in the decompressed stream (wrapping: a pipe buffer's head comes
+    /// before the stream's first byte).
     pub(super) base: u64,
     pub(super) eof: bool,
     pub(super) started: bool,
+    /// The inflating pipeline, read instead of `inner` when present.
+    pub(super) piped: Option<Piped>,
 }
 
 impl<R: Read> Input<R> {
@@ -202,17 +202,27 @@ impl<R: Read> Input<R> {
             base: 0,
             eof: false,
             started: false,
+            piped: None,
+        }
+    }
+
+    /// An input that reads the inflating pipeline's buffers (`inner` is never read).
+    pub(super) fn piped(inner: R, piped: Piped) -> Self {
+        Input {
+            buf: Vec::new(),
+            piped: Some(piped),
+            ..Input::new(inner)
         }
     }
 
     /// Offset of `buf[pos]`.
     pub(super) fn offset(&self) -> u64 {
-        self.base + self.pos as u64
+        self.base.wrapping_add(self.pos as u64)
     }
 
     /// Offset just past the data read so far.
     pub(super) fn offset_end(&self) -> u64 {
-        self.base + self.end as u64
+        self.base.wrapping_add(self.end as u64)
     }
 
     /// Reads more, keeping `buf[pos..end]` (moved to the front). `false` at the end of input.
@@ -229,9 +239,12 @@ impl<R: Read> Input<R> {
         if self.eof {
             return Ok(false);
         }
+        if self.piped.is_some() {
+            return self.fill_piped(min);
+        }
         if self.pos > 0 {
             self.buf.copy_within(self.pos..self.end, 0);
-            self.base += self.pos as u64;
+            self.base = self.offset();
             self.end -= self.pos;
             self.pos = 0;
         }
@@ -253,13 +266,63 @@ impl<R: Read> Input<R> {
                 Err(e) => return Err(e),
             }
         }
-        if !self.started && self.end > 0 {
+        self.skip_bom();
+        Ok(self.end > before)
+    }
+
+    /// On the first data: skips a UTF-8 byte-order mark (still counted in offsets).
+    fn skip_bom(&mut self) {
+        if !self.started && self.end > self.pos {
             self.started = true;
-            if self.buf[..self.end].starts_with(b"\xEF\xBB\xBF") {
-                self.pos = 3;
+            if self.buf[self.pos..self.end].starts_with(b"\xEF\xBB\xBF") {
+                self.pos += 3;
             }
         }
-        Ok(self.end > before)
+    }
+
+    /// [`Input::fill_some`] from the inflating pipeline: the next buffer becomes the window, with
+    /// the unparsed rest of the current one moved into its head; a rest longer than the head (a
+    /// value longer than [`PIPE_HEAD`]) stays and the new data is appended to it instead.
+    #[cold]
+    fn fill_piped(&mut self, min: usize) -> io::Result<bool> {
+        let before = self.end - self.pos;
+        // As in `fill_some`: the first fill takes at least 3 bytes (or all there is). `min` is
+        // not capped: the fast path asks for as much again as is buffered, so that an event
+        // much longer than a buffer is restarted a logarithmic number of times.
+        let want = if self.started { before + 1 } else { 3 }.max(before + min);
+        while self.end - self.pos < want {
+            let keep = self.end - self.pos;
+            let offset = self.offset();
+            let Some(pipe) = self.piped.as_mut() else {
+                break;
+            };
+            let Some((mut next, end)) = pipe.next()? else {
+                self.eof = true;
+                break;
+            };
+            if keep <= PIPE_HEAD {
+                let start = PIPE_HEAD - keep;
+                next[start..PIPE_HEAD].copy_from_slice(&self.buf[self.pos..self.end]);
+                pipe.give_back(std::mem::replace(&mut self.buf, next));
+                self.base = offset.wrapping_sub(start as u64);
+                (self.pos, self.end) = (start, end);
+            } else {
+                if self.pos > 0 {
+                    self.buf.copy_within(self.pos..self.end, 0);
+                    self.base = offset;
+                    (self.pos, self.end) = (0, keep);
+                }
+                let n = end - PIPE_HEAD;
+                if self.buf.len() < keep + n {
+                    self.buf.resize(keep + n, 0);
+                }
+                self.buf[keep..keep + n].copy_from_slice(&next[PIPE_HEAD..end]);
+                self.end = keep + n;
+                pipe.give_back(next);
+            }
+        }
+        self.skip_bom();
+        Ok(self.end - self.pos > before)
     }
 
     /// Skips JSON whitespace; the next byte, or `None` at the end of input.

@@ -5,7 +5,9 @@
 //! - The input is gzip when it starts with the gzip magic bytes `1f 8b`, whatever its name;
 //!   otherwise it is plain JSON. Concatenated gzip members are read as one stream.
 //!   [`for_each_event`], [`read_trace`] and [`for_each_event_pipelined`] inflate on a second
-//!   thread while the calling thread parses (four recycled 256 KiB buffers between them);
+//!   thread while the calling thread parses (four recycled 320 KiB buffers between them,
+//!   each taken over as the read window, with the unparsed rest of the previous one moved
+//!   into the 64 KiB its head leaves free, so inflated bytes are not copied again);
 //!   the `_from_reader` functions, whose input need not be `Send`, inflate inline. Inflating
 //!   uses zlib-rs (flate2's `zlib-rs` backend, with run-time CPU feature detection).
 //! - The JSON is parsed in one streaming pass over a read window. Each event is first read by
@@ -21,8 +23,9 @@
 //!   accepted, the values and the error messages are serde_json's. Top-level values other
 //!   than `traceEvents` always take the serde path. No `serde_json::Value` is built per event;
 //!   the only per-event allocations are new distinct strings and string pids/tids (span rows).
-//! - Memory is the event vector plus the interned strings and a 256 KiB read window (grown
-//!   only for a single value bigger than that), not the file or a DOM. [`for_each_event`]
+//! - Memory is the event vector plus the interned strings and a 256 KiB read window (320 KiB
+//!   pipe buffers when inflating on a second thread; grown only for a single value bigger than
+//!   that), not the file or a DOM. [`for_each_event`]
 //!   does not even keep the events.
 //! - Top-level keys other than `traceEvents` are kept as compact JSON text in
 //!   [`Trace::metadata`] (re-serialised in their original key order; these few use small
@@ -354,7 +357,7 @@ where
         Ok(None) => return Err(empty(path)),
         Err(e) => return Err(unreadable(path, e)),
     };
-    parse_source(path, source, gzip, on_event)
+    parse_source(path, Input::new(source), gzip, on_event)
 }
 
 /// [`for_each_event_from_reader`], but a gzip stream is inflated on a second (scoped) thread
@@ -377,7 +380,7 @@ where
         Err(e) => return Err(unreadable(path, e)),
     };
     if !gzip {
-        return parse_source(path, Box::new(src), false, on_event);
+        return parse_source(path, Input::new(Box::new(src)), false, on_event);
     }
     let decoder = MultiGzDecoder::new(BufReader::with_capacity(BUF_SIZE, src));
     std::thread::scope(|scope| {
@@ -397,9 +400,10 @@ where
                 let _ = give.send(decoder);
                 // `piped` is dropped when parsing ends, which stops the thread; the scope then
                 // joins it.
-                parse_source(path, Box::new(piped), true, on_event)
+                let input = Input::piped(Box::new(io::empty()) as Source<'_>, piped);
+                parse_source(path, input, true, on_event)
             }
-            Err(_) => parse_source(path, Box::new(decoder), true, on_event),
+            Err(_) => parse_source(path, Input::new(Box::new(decoder)), true, on_event),
         }
     })
 }
@@ -422,7 +426,7 @@ fn unreadable(path: &Path, e: io::Error) -> ReadError {
 
 fn parse_source<F>(
     path: &Path,
-    source: Source<'_>,
+    input: Input<Source<'_>>,
     gzip: bool,
     on_event: F,
 ) -> Result<Trace, ReadError>
@@ -430,7 +434,7 @@ where
     F: FnMut(TraceEvent, &[Box<str>]),
 {
     let mut parser = Parser {
-        input: Input::new(source),
+        input,
         strings: Interner::default(),
         on_event,
         index: 0,

@@ -354,3 +354,39 @@ fn fast_path_numbers_match_serde() {
         assert!(check_fast(e.as_bytes()), "fell back on {ts}");
     }
 }
+
+/// The piped window gives at least as many new bytes as asked for (what keeps the fast path's
+/// restarts of a long event logarithmic), keeps the unparsed rest in place across buffers
+/// whether it fits the head or not, and counts offsets from the stream's first byte.
+#[test]
+fn piped_fill_takes_what_is_asked_and_keeps_offsets() {
+    let data: Vec<u8> = (0..3 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
+    let (piped, inflater) = input::pipeline();
+    std::thread::scope(|scope| {
+        scope.spawn(|| inflater.run(&data[..]));
+        let mut input = Input::piped(io::empty(), piped);
+        assert!(input.fill_some(1).unwrap());
+        let first = input.end - input.pos;
+        assert!(first >= input::BUF_SIZE, "{first}");
+        assert_eq!(input.offset(), 0);
+        // Nothing consumed: the rest is longer than the head and must all stay.
+        assert!(input.fill_some(first).unwrap());
+        assert!(input.end - input.pos >= 2 * first);
+        assert!(input.fill_some(700_000).unwrap());
+        let held = input.end - input.pos;
+        assert!(held >= 2 * first + 700_000, "{held}");
+        assert_eq!(&input.buf[input.pos..input.end], &data[..held]);
+        // Consume all but 100 bytes: the rest fits the head and moves into the next buffer.
+        input.pos = input.end - 100;
+        assert!(input.fill().unwrap());
+        assert_eq!(input.offset(), held as u64 - 100);
+        let at = input.offset() as usize;
+        assert_eq!(
+            &input.buf[input.pos..input.end],
+            &data[at..at + input.end - input.pos]
+        );
+        while input.fill_some(1 << 20).unwrap() {}
+        assert_eq!(input.offset_end(), data.len() as u64);
+        assert_eq!(&input.buf[input.pos..input.end], &data[at..]);
+    });
+}
