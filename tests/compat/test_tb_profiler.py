@@ -142,9 +142,11 @@ def test_demo_parses(demo_runs):
 
 # A ROCm trace written through the real ROCm backend from the fake rocprofiler-sdk (SDK 1.1
 # layouts): `crates/rocm/examples/rocm_fixture.rs`, four ProfilerSteps, each with a 50 µs
-# `_Z4gemmPKfS0_Pf`, a 30 µs `_Z4axpyPfS_f` and a 3 µs 1 MiB host-to-device copy on GPU 0.
+# `_Z4gemmPKfS0_Pf`, a 30 µs `_Z4axpyPfS_f`, a 40 µs RCCL all-reduce on a second stream and a 3 µs
+# 1 MiB host-to-device copy on GPU 0, on the exact timeline its module docs give.
 GEMM = "_Z4gemmPKfS0_Pf"
 AXPY = "_Z4axpyPfS_f"
+ALLREDUCE = "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)"
 
 
 @pytest.fixture(scope="module")
@@ -172,14 +174,14 @@ def test_rocm_trace_parses_with_steps_kernels_and_copies(rocm_runs):
     assert len(data.device_props) == 2, data.device_props
     kernels = {k.name: (k.calls, k.total_duration) for k in data.kernel_list_groupby_name_op}
     # Every step's kernels, with the constructed durations (µs; tb-profiler keeps all four steps).
-    assert kernels == {GEMM: (4, 200), AXPY: (4, 120)}, kernels
+    assert kernels == {GEMM: (4, 200), AXPY: (4, 120), ALLREDUCE: (4, 160)}, kernels
     rows = {row[0]: row for row in profile.kernel_table["data"]["rows"]}
     assert rows[GEMM][2:] == [4, 200, 50, 50, 50], rows[GEMM]
-    # The fake stamps real times (each GPU record starts 1 µs after its call), so kernels of one
-    # step may overlap and tb-profiler counts their union: only bounds are exact per step.
+    # The fixture's exact GPU timeline: per step the kernels' union is t+100 – t+200 µs (the
+    # all-reduce runs past the axpy), then the 3 µs copy on its own.
     costs = dict(zip(data.steps_names, data.steps_costs))
     for step in ("1", "2", "3", "4"):
         c = costs[step].costs
-        assert 50 <= c[ProfileRole.Kernel] <= 80, (step, c)
-        assert c[ProfileRole.Memcpy] <= 3, (step, c)  # under a kernel, it counts as kernel time
+        assert c[ProfileRole.Kernel] == pytest.approx(100, abs=0.01), (step, c)
+        assert c[ProfileRole.Memcpy] == pytest.approx(3, abs=0.01), (step, c)
         assert c[ProfileRole.Memset] == 0, (step, c)

@@ -9,6 +9,10 @@
 //! reader loads the id (Acquire), the value, and the id again, and trusts the value only when both
 //! loads saw the id it asked for. A slot overwritten by a call `capacity` ids later answers `None`:
 //! the record then has no `External id` rather than a wrong one.
+//!
+//! A slot is four words in one 32-byte block, so a lookup touches one cache line: the tag (with the
+//! flags of which values are present in its top bits), the `External id`, the stream, and the
+//! function or the memset's bytes (a call is a launch or a memset, never both).
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
@@ -29,18 +33,25 @@ pub struct CallInfo {
     pub bytes: Option<u64>,
 }
 
-const HAS_STREAM: u64 = 1;
-const HAS_FUNCTION: u64 = 2;
-const HAS_BYTES: u64 = 4;
+const HAS_STREAM: u64 = 1 << 61;
+const HAS_FUNCTION: u64 = 1 << 62;
+const HAS_BYTES: u64 = 1 << 63;
+/// Correlation ids at or past this (never reached: the SDK counts from 1) are not remembered.
+const ID_MASK: u64 = HAS_STREAM - 1;
+
+#[derive(Default)]
+#[repr(C, align(32))]
+struct Slot {
+    tag: AtomicU64,
+    external: AtomicU64,
+    stream: AtomicU64,
+    /// The function of a launch, or the bytes of a memset.
+    aux: AtomicU64,
+}
 
 /// The table.
 pub struct ExternalIds {
-    tags: Box<[AtomicU64]>,
-    values: Box<[AtomicU64]>,
-    streams: Box<[AtomicU64]>,
-    functions: Box<[AtomicU64]>,
-    bytes: Box<[AtomicU64]>,
-    flags: Box<[AtomicU64]>,
+    slots: Box<[Slot]>,
 }
 
 impl Default for ExternalIds {
@@ -52,19 +63,18 @@ impl Default for ExternalIds {
 impl ExternalIds {
     /// An empty table of [`CAPACITY`] slots.
     pub fn new() -> ExternalIds {
-        let slots = || (0..CAPACITY).map(|_| AtomicU64::new(0)).collect();
         ExternalIds {
-            tags: slots(),
-            values: slots(),
-            streams: slots(),
-            functions: slots(),
-            bytes: slots(),
-            flags: slots(),
+            slots: (0..CAPACITY).map(|_| Slot::default()).collect(),
         }
     }
 
-    fn slot(correlation: u64) -> usize {
-        correlation as usize & (CAPACITY - 1)
+    /// Bytes the table holds on to.
+    pub fn bytes(&self) -> usize {
+        self.slots.len() * std::mem::size_of::<Slot>()
+    }
+
+    fn slot(&self, correlation: u64) -> &Slot {
+        &self.slots[correlation as usize & (CAPACITY - 1)]
     }
 
     /// Remembers `external` for `correlation` (ids are never 0).
@@ -79,22 +89,27 @@ impl ExternalIds {
     }
 
     /// Remembers what `correlation`'s GPU records need of the call.
+    #[inline]
     pub fn set_call(&self, correlation: u64, call: CallInfo) {
-        let i = Self::slot(correlation);
-        self.tags[i].store(0, Ordering::Relaxed);
+        let s = self.slot(correlation);
+        s.tag.store(0, Ordering::Relaxed);
         // The cleared tag is visible before the new values.
         fence(Ordering::Release);
-        self.values[i].store(call.external, Ordering::Relaxed);
-        self.streams[i].store(call.stream.unwrap_or(0), Ordering::Relaxed);
-        self.functions[i].store(call.function.unwrap_or(0), Ordering::Relaxed);
-        self.bytes[i].store(call.bytes.unwrap_or(0), Ordering::Relaxed);
+        s.external.store(call.external, Ordering::Relaxed);
+        s.stream.store(call.stream.unwrap_or(0), Ordering::Relaxed);
+        // A launch names a function, a memset its bytes; a call with both keeps the function.
+        let aux = call.function.or(call.bytes).unwrap_or(0);
+        s.aux.store(aux, Ordering::Relaxed);
         let flag = |present: bool, bit: u64| if present { bit } else { 0 };
         let flags = flag(call.stream.is_some(), HAS_STREAM)
             | flag(call.function.is_some(), HAS_FUNCTION)
-            | flag(call.bytes.is_some(), HAS_BYTES);
-        self.flags[i].store(flags, Ordering::Relaxed);
+            | flag(call.function.is_none() && call.bytes.is_some(), HAS_BYTES);
+        // An id too large for the tag is left out: its slot stays cleared and answers `None`.
+        if correlation & !ID_MASK != 0 {
+            return;
+        }
         // Release: a reader that sees the tag sees the values.
-        self.tags[i].store(correlation, Ordering::Release);
+        s.tag.store(correlation | flags, Ordering::Release);
     }
 
     /// The `External id` of `correlation`, if its slot still holds it.
@@ -104,26 +119,26 @@ impl ExternalIds {
     }
 
     /// What was remembered of `correlation`'s call, if its slot still holds it.
+    #[inline]
     pub fn call(&self, correlation: u64) -> Option<CallInfo> {
         if correlation == 0 {
             return None;
         }
-        let i = Self::slot(correlation);
-        if self.tags[i].load(Ordering::Acquire) != correlation {
+        let s = self.slot(correlation);
+        let tag = s.tag.load(Ordering::Acquire);
+        if tag & ID_MASK != correlation {
             return None;
         }
-        let external = self.values[i].load(Ordering::Relaxed);
-        let stream = self.streams[i].load(Ordering::Relaxed);
-        let function = self.functions[i].load(Ordering::Relaxed);
-        let bytes = self.bytes[i].load(Ordering::Relaxed);
-        let flags = self.flags[i].load(Ordering::Relaxed);
+        let external = s.external.load(Ordering::Relaxed);
+        let stream = s.stream.load(Ordering::Relaxed);
+        let aux = s.aux.load(Ordering::Relaxed);
         // The values were read before the second tag load.
         fence(Ordering::Acquire);
-        (self.tags[i].load(Ordering::Relaxed) == correlation).then_some(CallInfo {
+        (s.tag.load(Ordering::Relaxed) == tag).then_some(CallInfo {
             external,
-            stream: (flags & HAS_STREAM != 0).then_some(stream),
-            function: (flags & HAS_FUNCTION != 0).then_some(function),
-            bytes: (flags & HAS_BYTES != 0).then_some(bytes),
+            stream: (tag & HAS_STREAM != 0).then_some(stream),
+            function: (tag & HAS_FUNCTION != 0).then_some(aux),
+            bytes: (tag & HAS_BYTES != 0).then_some(aux),
         })
     }
 }
@@ -167,5 +182,47 @@ mod tests {
         t.set_call(8, CallInfo::default());
         assert_eq!(t.call(8), Some(CallInfo::default()));
         assert_eq!(t.call(8 + CAPACITY as u64), None);
+        // A memset's bytes share the function's word; the flags say which it is.
+        let set = CallInfo {
+            external: 1,
+            stream: None,
+            function: None,
+            bytes: Some(u64::MAX),
+        };
+        t.set_call(9, set);
+        assert_eq!(t.call(9), Some(set));
+    }
+
+    #[test]
+    fn a_lookup_reads_one_32_byte_slot() {
+        // docs/rocm-support.md states this footprint.
+        let t = ExternalIds::new();
+        assert_eq!(std::mem::size_of::<Slot>(), 32);
+        assert_eq!(std::mem::align_of::<Slot>(), 32);
+        assert_eq!(t.bytes(), 2 << 20);
+    }
+
+    #[test]
+    fn ids_too_large_for_the_tag_are_not_remembered() {
+        let t = ExternalIds::new();
+        let big = ID_MASK + 1;
+        t.set(big, 5);
+        assert_eq!(t.call(big), None);
+        // Its slot (that of id 0 .. CAPACITY) answers nothing for the small id either.
+        assert_eq!(t.call(CAPACITY as u64), None);
+        t.set(ID_MASK, 6);
+        assert_eq!(t.get(ID_MASK), Some(6));
+        // An id whose low bits match a flagged tag is not mistaken for it.
+        t.set_call(
+            3,
+            CallInfo {
+                external: 7,
+                stream: Some(1),
+                function: Some(2),
+                bytes: None,
+            },
+        );
+        assert_eq!(t.get(3 | HAS_STREAM), None);
+        assert_eq!(t.get(3), Some(7));
     }
 }

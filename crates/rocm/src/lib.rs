@@ -34,7 +34,9 @@ pub mod record;
 pub mod roctracer;
 mod source;
 
-pub use ffi::{on_marker, on_tool_initialized, tool_configure, Agent, Kinds, Markers, SdkError};
+pub use ffi::{
+    on_marker, on_tool_initialized, queue_records, tool_configure, Agent, Kinds, Markers, SdkError,
+};
 pub use roctracer::{TracerError, TracerInfo};
 pub use source::{
     queue_stats, Backend, LibraryInfo, QueueStats, RocmConfig, RocmOpenError, RocmSource,

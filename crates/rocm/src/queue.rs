@@ -31,7 +31,6 @@ pub struct Queue {
     tail: AtomicUsize,
     head: AtomicUsize,
     refused: AtomicU64,
-    accepted: AtomicU64,
 }
 
 impl Queue {
@@ -50,7 +49,6 @@ impl Queue {
             tail: AtomicUsize::new(0),
             head: AtomicUsize::new(0),
             refused: AtomicU64::new(0),
-            accepted: AtomicU64::new(0),
         }
     }
 
@@ -66,6 +64,7 @@ impl Queue {
 
     /// Appends a record, or refuses (counted in [`refused`](Self::refused)) when full. Lock-free,
     /// allocation-free.
+    #[inline]
     pub fn push(&self, record: &Words) -> bool {
         let mut pos = self.tail.load(Ordering::Relaxed);
         loop {
@@ -87,7 +86,6 @@ impl Queue {
                         }
                         // Release: publishes the words to the consumer's Acquire of `seq`.
                         slot.seq.store(pos.wrapping_add(1), Ordering::Release);
-                        self.accepted.fetch_add(1, Ordering::Relaxed);
                         return true;
                     }
                     Err(now) => pos = now,
@@ -104,6 +102,7 @@ impl Queue {
 
     /// Takes the oldest record, if one is complete. Single consumer only (the collector holds the
     /// source mutably when it calls this).
+    #[inline]
     pub fn pop(&self) -> Option<Words> {
         let pos = self.head.load(Ordering::Relaxed);
         let slot = &self.slots[pos & self.mask];
@@ -122,9 +121,17 @@ impl Queue {
         Some(out)
     }
 
-    /// Pushes accepted since the queue was created.
+    /// Whether a complete record waits for [`pop`](Self::pop) (single consumer only).
+    pub fn has_ready(&self) -> bool {
+        let pos = self.head.load(Ordering::Relaxed);
+        self.slots[pos & self.mask].seq.load(Ordering::Acquire) == pos.wrapping_add(1)
+    }
+
+    /// Pushes accepted since the queue was created: every position a producer claimed is written,
+    /// so this is the tail (no counter of its own, which would cost every push a second atomic
+    /// read-modify-write).
     pub fn accepted(&self) -> u64 {
-        self.accepted.load(Ordering::Relaxed)
+        self.tail.load(Ordering::Relaxed) as u64
     }
 
     /// Records taken by the consumer since the queue was created.

@@ -160,101 +160,136 @@ impl RawArgs {
     }
 }
 
+/// A HIP runtime API call, from the callback-tracing ENTER/EXIT pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ApiRec {
+    /// The SDK's operation number (resolved to a name through the SDK).
+    pub operation: u32,
+    /// `correlation_id.internal`.
+    pub correlation: u64,
+    /// The calling thread (system tid).
+    pub tid: u32,
+    /// ENTER, on the SDK's clock (CLOCK_BOOTTIME ns).
+    pub start: u64,
+    /// EXIT.
+    pub end: u64,
+    /// The kinetrace span open on the calling thread, 0 for none.
+    pub external: u64,
+    /// What the payload said.
+    pub args: RawArgs,
+}
+
+/// A kernel dispatch (buffer tracing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelRec {
+    /// The launching call's id.
+    pub correlation: u64,
+    /// GPU start (CLOCK_BOOTTIME ns).
+    pub start: u64,
+    /// GPU end.
+    pub end: u64,
+    /// The GPU agent's handle.
+    pub agent: u64,
+    /// The HSA queue's handle.
+    pub queue: u64,
+    /// Key into the kernel-symbol map.
+    pub kernel_id: u64,
+    /// Work-items per work-group.
+    pub workgroup: [u32; 3],
+    /// Total work-items per dimension.
+    pub grid: [u32; 3],
+    /// LDS bytes per work-group.
+    pub group_segment: u32,
+}
+
+/// A memory copy (buffer tracing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopyRec {
+    /// The enqueuing call's id.
+    pub correlation: u64,
+    /// The SDK's operation number (the direction, resolved by name).
+    pub operation: u32,
+    /// Start (CLOCK_BOOTTIME ns).
+    pub start: u64,
+    /// End.
+    pub end: u64,
+    /// Source agent handle.
+    pub src_agent: u64,
+    /// Destination agent handle.
+    pub dst_agent: u64,
+    /// Bytes copied.
+    pub bytes: u64,
+}
+
+/// A roctracer HIP_OPS record: a dispatch (`value`: the interned kernel name) or a copy or fill
+/// (`value`: bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpRec {
+    /// The enqueuing call's id.
+    pub correlation: u64,
+    /// Start (the HSA clock, ns).
+    pub start: u64,
+    /// End.
+    pub end: u64,
+    /// The device's KFD node id.
+    pub device: i32,
+    /// The HIP stream's queue index.
+    pub queue: u64,
+    /// `HIP_OP_ID_*`.
+    pub op: u32,
+    /// The ROCclr command kind.
+    pub kind: u32,
+    /// Kernel name id or bytes.
+    pub value: u64,
+}
+
+/// A memory allocation or free (buffer tracing, SDK 1.x).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryRec {
+    /// The allocating call's id.
+    pub correlation: u64,
+    /// The SDK's operation number (allocate / free, resolved by name).
+    pub operation: u32,
+    /// The allocating thread.
+    pub tid: u32,
+    /// When (CLOCK_BOOTTIME ns).
+    pub start: u64,
+    /// The agent whose memory it is.
+    pub agent: u64,
+    /// The block's address.
+    pub address: u64,
+    /// The block's size.
+    pub bytes: u64,
+}
+
 /// One record copied out of a callback.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Raw {
-    /// A HIP runtime API call, from the callback-tracing ENTER/EXIT pair.
-    Api {
-        /// The SDK's operation number (resolved to a name through the SDK).
-        operation: u32,
-        /// `correlation_id.internal`.
-        correlation: u64,
-        /// The calling thread (system tid).
-        tid: u32,
-        /// ENTER, on the SDK's clock (CLOCK_BOOTTIME ns).
-        start: u64,
-        /// EXIT.
-        end: u64,
-        /// The kinetrace span open on the calling thread, 0 for none.
-        external: u64,
-        /// What the payload said.
-        args: RawArgs,
-    },
-    /// A kernel dispatch (buffer tracing).
-    Kernel {
-        /// The launching call's id.
-        correlation: u64,
-        /// GPU start (CLOCK_BOOTTIME ns).
-        start: u64,
-        /// GPU end.
-        end: u64,
-        /// The GPU agent's handle.
-        agent: u64,
-        /// The HSA queue's handle.
-        queue: u64,
-        /// Key into the kernel-symbol map.
-        kernel_id: u64,
-        /// Work-items per work-group.
-        workgroup: [u32; 3],
-        /// Total work-items per dimension.
-        grid: [u32; 3],
-        /// LDS bytes per work-group.
-        group_segment: u32,
-    },
-    /// A memory copy (buffer tracing).
-    Copy {
-        /// The enqueuing call's id.
-        correlation: u64,
-        /// The SDK's operation number (the direction, resolved by name).
-        operation: u32,
-        /// Start (CLOCK_BOOTTIME ns).
-        start: u64,
-        /// End.
-        end: u64,
-        /// Source agent handle.
-        src_agent: u64,
-        /// Destination agent handle.
-        dst_agent: u64,
-        /// Bytes copied.
-        bytes: u64,
-    },
-    /// A roctracer HIP_OPS record: a dispatch (`value`: the interned kernel name) or a copy or
-    /// fill (`value`: bytes).
-    Op {
-        /// The enqueuing call's id.
-        correlation: u64,
-        /// Start (the HSA clock, ns).
-        start: u64,
-        /// End.
-        end: u64,
-        /// The device's KFD node id.
-        device: i32,
-        /// The HIP stream's queue index.
-        queue: u64,
-        /// `HIP_OP_ID_*`.
-        op: u32,
-        /// The ROCclr command kind.
-        kind: u32,
-        /// Kernel name id or bytes.
-        value: u64,
-    },
-    /// A memory allocation or free (buffer tracing, SDK 1.x).
-    Memory {
-        /// The allocating call's id.
-        correlation: u64,
-        /// The SDK's operation number (allocate / free, resolved by name).
-        operation: u32,
-        /// The allocating thread.
-        tid: u32,
-        /// When (CLOCK_BOOTTIME ns).
-        start: u64,
-        /// The agent whose memory it is.
-        agent: u64,
-        /// The block's address.
-        address: u64,
-        /// The block's size.
-        bytes: u64,
-    },
+    /// A HIP runtime API call.
+    Api(ApiRec),
+    /// A kernel dispatch.
+    Kernel(KernelRec),
+    /// A memory copy.
+    Copy(CopyRec),
+    /// A roctracer HIP_OPS record.
+    Op(OpRec),
+    /// A memory allocation or free.
+    Memory(MemoryRec),
+}
+
+/// Which record a queue slot's words hold (their first word's low byte).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tag {
+    /// [`ApiRec`].
+    Api,
+    /// [`KernelRec`].
+    Kernel,
+    /// [`CopyRec`].
+    Copy,
+    /// [`OpRec`].
+    Op,
+    /// [`MemoryRec`].
+    Memory,
 }
 
 const API: u64 = 1;
@@ -271,19 +306,144 @@ const COPY: u64 = 3;
 const MEMORY: u64 = 4;
 const OP: u64 = 5;
 
+#[inline]
 fn pair(a: u32, b: u32) -> u64 {
     u64::from(a) | (u64::from(b) << 32)
 }
 
+#[inline]
 fn split(w: u64) -> (u32, u32) {
     (w as u32, (w >> 32) as u32)
 }
 
-impl Raw {
+impl Tag {
+    /// The record kind of `w`, `None` for words no `to_words` wrote.
+    #[inline]
+    pub fn of(w: &Words) -> Option<Tag> {
+        Some(match w[0] & !(ARGS_MASK | HAS_OPTION) {
+            API => Tag::Api,
+            KERNEL => Tag::Kernel,
+            COPY => Tag::Copy,
+            OP => Tag::Op,
+            MEMORY => Tag::Memory,
+            _ => return None,
+        })
+    }
+}
+
+impl ApiRec {
+    /// The words of this record.
+    #[inline]
+    pub fn to_words(&self) -> Words {
+        let (tag, rest) = match self.args {
+            RawArgs::None => (API, [0; 6]),
+            RawArgs::Launch {
+                function,
+                stream,
+                grid,
+                block,
+                shared,
+            } => (
+                API | ARGS_LAUNCH,
+                [
+                    function,
+                    stream,
+                    pair(grid[0], grid[1]),
+                    pair(grid[2], block[0]),
+                    pair(block[1], block[2]),
+                    u64::from(shared),
+                ],
+            ),
+            RawArgs::Copy {
+                stream,
+                src,
+                dst,
+                size,
+                kind,
+            } => (
+                API | ARGS_COPY | if stream.is_some() { HAS_OPTION } else { 0 },
+                [stream.unwrap_or(0), src, dst, size, u64::from(kind), 0],
+            ),
+            RawArgs::Malloc { ptr, size } => (
+                API | ARGS_MALLOC | if size.is_some() { HAS_OPTION } else { 0 },
+                [ptr, size.unwrap_or(0), 0, 0, 0, 0],
+            ),
+            RawArgs::Fill { stream, dst, bytes } => (
+                API | ARGS_FILL | if stream.is_some() { HAS_OPTION } else { 0 },
+                [stream.unwrap_or(0), dst, bytes, 0, 0, 0],
+            ),
+        };
+        let mut w = [0u64; WORDS];
+        w[..6].copy_from_slice(&[
+            tag,
+            pair(self.operation, self.tid),
+            self.correlation,
+            self.start,
+            self.end,
+            self.external,
+        ]);
+        w[6..].copy_from_slice(&rest);
+        w
+    }
+
+    /// The call of `w`, if it holds one.
+    #[inline]
+    pub fn from_words(w: &Words) -> Option<ApiRec> {
+        if w[0] & !(ARGS_MASK | HAS_OPTION) != API {
+            return None;
+        }
+        let has = w[0] & HAS_OPTION != 0;
+        let (operation, tid) = split(w[1]);
+        let args = match w[0] & ARGS_MASK {
+            0 => RawArgs::None,
+            ARGS_LAUNCH => {
+                let (g0, g1) = split(w[8]);
+                let (g2, b0) = split(w[9]);
+                let (b1, b2) = split(w[10]);
+                RawArgs::Launch {
+                    function: w[6],
+                    stream: w[7],
+                    grid: [g0, g1, g2],
+                    block: [b0, b1, b2],
+                    shared: w[11] as u32,
+                }
+            }
+            ARGS_COPY => RawArgs::Copy {
+                stream: has.then_some(w[6]),
+                src: w[7],
+                dst: w[8],
+                size: w[9],
+                kind: w[10] as u32,
+            },
+            ARGS_MALLOC => RawArgs::Malloc {
+                ptr: w[6],
+                size: has.then_some(w[7]),
+            },
+            ARGS_FILL => RawArgs::Fill {
+                stream: has.then_some(w[6]),
+                dst: w[7],
+                bytes: w[8],
+            },
+            _ => return None,
+        };
+        Some(ApiRec {
+            operation,
+            correlation: w[2],
+            tid,
+            start: w[3],
+            end: w[4],
+            external: w[5],
+            args,
+        })
+    }
+}
+
+impl KernelRec {
     /// What kinetrace keeps of a kernel-dispatch record (the same layout in both ABIs).
-    pub fn of_dispatch(r: &KernelDispatchRecord) -> Raw {
+    #[inline]
+    pub fn of(r: &KernelDispatchRecord) -> KernelRec {
         let d = &r.dispatch_info;
-        Raw::Kernel {
+        KernelRec {
             correlation: r.correlation_id.internal,
             start: r.start_timestamp,
             end: r.end_timestamp,
@@ -296,10 +456,55 @@ impl Raw {
         }
     }
 
+    /// The words of this record.
+    #[inline]
+    pub fn to_words(&self) -> Words {
+        let (g, w) = (self.grid, self.workgroup);
+        [
+            KERNEL,
+            self.correlation,
+            self.start,
+            self.end,
+            self.agent,
+            self.queue,
+            self.kernel_id,
+            pair(w[0], w[1]),
+            pair(w[2], g[0]),
+            pair(g[1], g[2]),
+            u64::from(self.group_segment),
+            0,
+        ]
+    }
+
+    /// The dispatch of `w`, if it holds one.
+    #[inline]
+    pub fn from_words(w: &Words) -> Option<KernelRec> {
+        if w[0] != KERNEL {
+            return None;
+        }
+        let (wx, wy) = split(w[7]);
+        let (wz, gx) = split(w[8]);
+        let (gy, gz) = split(w[9]);
+        Some(KernelRec {
+            correlation: w[1],
+            start: w[2],
+            end: w[3],
+            agent: w[4],
+            queue: w[5],
+            kernel_id: w[6],
+            workgroup: [wx, wy, wz],
+            grid: [gx, gy, gz],
+            group_segment: w[10] as u32,
+        })
+    }
+}
+
+impl CopyRec {
     /// What kinetrace keeps of a memory-copy record: the 0.x record is the prefix of the 1.x one
     /// (its correlation id is the 16-byte async one in both), so this reads both ABIs.
-    pub fn of_copy(r: &v0::MemoryCopyRecord) -> Raw {
-        Raw::Copy {
+    #[inline]
+    pub fn of(r: &v0::MemoryCopyRecord) -> CopyRec {
+        CopyRec {
             correlation: r.correlation_id.internal,
             operation: r.operation,
             start: r.start_timestamp,
@@ -310,9 +515,85 @@ impl Raw {
         }
     }
 
+    /// The words of this record.
+    #[inline]
+    pub fn to_words(&self) -> Words {
+        [
+            COPY,
+            self.correlation,
+            u64::from(self.operation),
+            self.start,
+            self.end,
+            self.src_agent,
+            self.dst_agent,
+            self.bytes,
+            0,
+            0,
+            0,
+            0,
+        ]
+    }
+
+    /// The copy of `w`, if it holds one.
+    #[inline]
+    pub fn from_words(w: &Words) -> Option<CopyRec> {
+        (w[0] == COPY).then(|| CopyRec {
+            correlation: w[1],
+            operation: w[2] as u32,
+            start: w[3],
+            end: w[4],
+            src_agent: w[5],
+            dst_agent: w[6],
+            bytes: w[7],
+        })
+    }
+}
+
+impl OpRec {
+    /// The words of this record.
+    #[inline]
+    pub fn to_words(&self) -> Words {
+        [
+            OP,
+            self.correlation,
+            self.start,
+            self.end,
+            u64::from(self.device as u32),
+            self.queue,
+            pair(self.op, self.kind),
+            self.value,
+            0,
+            0,
+            0,
+            0,
+        ]
+    }
+
+    /// The roctracer record of `w`, if it holds one.
+    #[inline]
+    pub fn from_words(w: &Words) -> Option<OpRec> {
+        if w[0] != OP {
+            return None;
+        }
+        let (op, kind) = split(w[6]);
+        Some(OpRec {
+            correlation: w[1],
+            start: w[2],
+            end: w[3],
+            device: w[4] as u32 as i32,
+            queue: w[5],
+            op,
+            kind,
+            value: w[7],
+        })
+    }
+}
+
+impl MemoryRec {
     /// What kinetrace keeps of a 1.x memory-allocation record.
-    pub fn of_allocation(r: &v1::MemoryAllocationRecord) -> Raw {
-        Raw::Memory {
+    #[inline]
+    pub fn of(r: &v1::MemoryAllocationRecord) -> MemoryRec {
+        MemoryRec {
             correlation: r.correlation_id.internal,
             operation: r.operation,
             tid: r.thread_id as u32,
@@ -324,256 +605,65 @@ impl Raw {
     }
 
     /// The words of this record.
+    #[inline]
     pub fn to_words(&self) -> Words {
-        let mut w = [0u64; WORDS];
-        match *self {
-            Raw::Api {
-                operation,
-                correlation,
-                tid,
-                start,
-                end,
-                external,
-                args,
-            } => {
-                let (tag, rest) = match args {
-                    RawArgs::None => (API, [0; 6]),
-                    RawArgs::Launch {
-                        function,
-                        stream,
-                        grid,
-                        block,
-                        shared,
-                    } => (
-                        API | ARGS_LAUNCH,
-                        [
-                            function,
-                            stream,
-                            pair(grid[0], grid[1]),
-                            pair(grid[2], block[0]),
-                            pair(block[1], block[2]),
-                            u64::from(shared),
-                        ],
-                    ),
-                    RawArgs::Copy {
-                        stream,
-                        src,
-                        dst,
-                        size,
-                        kind,
-                    } => (
-                        API | ARGS_COPY | if stream.is_some() { HAS_OPTION } else { 0 },
-                        [stream.unwrap_or(0), src, dst, size, u64::from(kind), 0],
-                    ),
-                    RawArgs::Malloc { ptr, size } => (
-                        API | ARGS_MALLOC | if size.is_some() { HAS_OPTION } else { 0 },
-                        [ptr, size.unwrap_or(0), 0, 0, 0, 0],
-                    ),
-                    RawArgs::Fill { stream, dst, bytes } => (
-                        API | ARGS_FILL | if stream.is_some() { HAS_OPTION } else { 0 },
-                        [stream.unwrap_or(0), dst, bytes, 0, 0, 0],
-                    ),
-                };
-                w[..6].copy_from_slice(&[
-                    tag,
-                    pair(operation, tid),
-                    correlation,
-                    start,
-                    end,
-                    external,
-                ]);
-                w[6..].copy_from_slice(&rest);
-            }
-            Raw::Kernel {
-                correlation,
-                start,
-                end,
-                agent,
-                queue,
-                kernel_id,
-                workgroup,
-                grid,
-                group_segment,
-            } => {
-                w = [
-                    KERNEL,
-                    correlation,
-                    start,
-                    end,
-                    agent,
-                    queue,
-                    kernel_id,
-                    pair(workgroup[0], workgroup[1]),
-                    pair(workgroup[2], grid[0]),
-                    pair(grid[1], grid[2]),
-                    u64::from(group_segment),
-                    0,
-                ];
-            }
-            Raw::Copy {
-                correlation,
-                operation,
-                start,
-                end,
-                src_agent,
-                dst_agent,
-                bytes,
-            } => {
-                w[..8].copy_from_slice(&[
-                    COPY,
-                    correlation,
-                    u64::from(operation),
-                    start,
-                    end,
-                    src_agent,
-                    dst_agent,
-                    bytes,
-                ]);
-            }
-            Raw::Op {
-                correlation,
-                start,
-                end,
-                device,
-                queue,
-                op,
-                kind,
-                value,
-            } => {
-                w[..8].copy_from_slice(&[
-                    OP,
-                    correlation,
-                    start,
-                    end,
-                    u64::from(device as u32),
-                    queue,
-                    pair(op, kind),
-                    value,
-                ]);
-            }
-            Raw::Memory {
-                correlation,
-                operation,
-                tid,
-                start,
-                agent,
-                address,
-                bytes,
-            } => {
-                w[..7].copy_from_slice(&[
-                    MEMORY,
-                    correlation,
-                    pair(operation, tid),
-                    start,
-                    agent,
-                    address,
-                    bytes,
-                ]);
-            }
+        [
+            MEMORY,
+            self.correlation,
+            pair(self.operation, self.tid),
+            self.start,
+            self.agent,
+            self.address,
+            self.bytes,
+            0,
+            0,
+            0,
+            0,
+            0,
+        ]
+    }
+
+    /// The allocation or free of `w`, if it holds one.
+    #[inline]
+    pub fn from_words(w: &Words) -> Option<MemoryRec> {
+        if w[0] != MEMORY {
+            return None;
         }
-        w
+        let (operation, tid) = split(w[2]);
+        Some(MemoryRec {
+            correlation: w[1],
+            operation,
+            tid,
+            start: w[3],
+            agent: w[4],
+            address: w[5],
+            bytes: w[6],
+        })
+    }
+}
+
+impl Raw {
+    /// The words of this record.
+    #[inline]
+    pub fn to_words(&self) -> Words {
+        match self {
+            Raw::Api(r) => r.to_words(),
+            Raw::Kernel(r) => r.to_words(),
+            Raw::Copy(r) => r.to_words(),
+            Raw::Op(r) => r.to_words(),
+            Raw::Memory(r) => r.to_words(),
+        }
     }
 
     /// The record of `w`, `None` for words no [`Raw::to_words`] wrote.
     pub fn from_words(w: &Words) -> Option<Raw> {
-        let has = w[0] & HAS_OPTION != 0;
-        Some(match w[0] & !(ARGS_MASK | HAS_OPTION) {
-            API => {
-                let (operation, tid) = split(w[1]);
-                let args = match w[0] & ARGS_MASK {
-                    0 => RawArgs::None,
-                    ARGS_LAUNCH => {
-                        let (g0, g1) = split(w[8]);
-                        let (g2, b0) = split(w[9]);
-                        let (b1, b2) = split(w[10]);
-                        RawArgs::Launch {
-                            function: w[6],
-                            stream: w[7],
-                            grid: [g0, g1, g2],
-                            block: [b0, b1, b2],
-                            shared: w[11] as u32,
-                        }
-                    }
-                    ARGS_COPY => RawArgs::Copy {
-                        stream: has.then_some(w[6]),
-                        src: w[7],
-                        dst: w[8],
-                        size: w[9],
-                        kind: w[10] as u32,
-                    },
-                    ARGS_MALLOC => RawArgs::Malloc {
-                        ptr: w[6],
-                        size: has.then_some(w[7]),
-                    },
-                    ARGS_FILL => RawArgs::Fill {
-                        stream: has.then_some(w[6]),
-                        dst: w[7],
-                        bytes: w[8],
-                    },
-                    _ => return None,
-                };
-                Raw::Api {
-                    operation,
-                    correlation: w[2],
-                    tid,
-                    start: w[3],
-                    end: w[4],
-                    external: w[5],
-                    args,
-                }
-            }
-            KERNEL => {
-                let (wx, wy) = split(w[7]);
-                let (wz, gx) = split(w[8]);
-                let (gy, gz) = split(w[9]);
-                Raw::Kernel {
-                    correlation: w[1],
-                    start: w[2],
-                    end: w[3],
-                    agent: w[4],
-                    queue: w[5],
-                    kernel_id: w[6],
-                    workgroup: [wx, wy, wz],
-                    grid: [gx, gy, gz],
-                    group_segment: w[10] as u32,
-                }
-            }
-            COPY => Raw::Copy {
-                correlation: w[1],
-                operation: w[2] as u32,
-                start: w[3],
-                end: w[4],
-                src_agent: w[5],
-                dst_agent: w[6],
-                bytes: w[7],
-            },
-            OP => {
-                let (op, kind) = split(w[6]);
-                Raw::Op {
-                    correlation: w[1],
-                    start: w[2],
-                    end: w[3],
-                    device: w[4] as u32 as i32,
-                    queue: w[5],
-                    op,
-                    kind,
-                    value: w[7],
-                }
-            }
-            MEMORY => {
-                let (operation, tid) = split(w[2]);
-                Raw::Memory {
-                    correlation: w[1],
-                    operation,
-                    tid,
-                    start: w[3],
-                    agent: w[4],
-                    address: w[5],
-                    bytes: w[6],
-                }
-            }
-            _ => return None,
-        })
+        match Tag::of(w)? {
+            Tag::Api => ApiRec::from_words(w).map(Raw::Api),
+            Tag::Kernel => KernelRec::from_words(w).map(Raw::Kernel),
+            Tag::Copy => CopyRec::from_words(w).map(Raw::Copy),
+            Tag::Op => OpRec::from_words(w).map(Raw::Op),
+            Tag::Memory => MemoryRec::from_words(w).map(Raw::Memory),
+        }
     }
 }
 
@@ -584,7 +674,7 @@ mod tests {
     #[test]
     fn round_trip() {
         let rs = [
-            Raw::Api {
+            Raw::Api(ApiRec {
                 operation: 214,
                 correlation: 7,
                 tid: 1234,
@@ -592,8 +682,8 @@ mod tests {
                 end: 20,
                 external: 99,
                 args: RawArgs::None,
-            },
-            Raw::Api {
+            }),
+            Raw::Api(ApiRec {
                 operation: 214,
                 correlation: 8,
                 tid: 1234,
@@ -607,8 +697,8 @@ mod tests {
                     block: [256, 1, 4],
                     shared: 512,
                 },
-            },
-            Raw::Api {
+            }),
+            Raw::Api(ApiRec {
                 operation: 268,
                 correlation: 9,
                 tid: 1,
@@ -622,8 +712,8 @@ mod tests {
                     size: 1 << 40,
                     kind: 1,
                 },
-            },
-            Raw::Api {
+            }),
+            Raw::Api(ApiRec {
                 operation: 259,
                 correlation: 10,
                 tid: 1,
@@ -637,8 +727,8 @@ mod tests {
                     size: 3,
                     kind: 4,
                 },
-            },
-            Raw::Api {
+            }),
+            Raw::Api(ApiRec {
                 operation: 293,
                 correlation: 13,
                 tid: 1,
@@ -650,8 +740,8 @@ mod tests {
                     dst: 0x7f00_0000_2000,
                     bytes: 1 << 33,
                 },
-            },
-            Raw::Api {
+            }),
+            Raw::Api(ApiRec {
                 operation: 292,
                 correlation: 14,
                 tid: 1,
@@ -663,8 +753,8 @@ mod tests {
                     dst: 0x7f00_0000_3000,
                     bytes: 4096,
                 },
-            },
-            Raw::Api {
+            }),
+            Raw::Api(ApiRec {
                 operation: 215,
                 correlation: 11,
                 tid: 1,
@@ -675,8 +765,8 @@ mod tests {
                     ptr: 0x7f00_0000_1000,
                     size: Some(4096),
                 },
-            },
-            Raw::Api {
+            }),
+            Raw::Api(ApiRec {
                 operation: 90,
                 correlation: 12,
                 tid: 1,
@@ -687,8 +777,8 @@ mod tests {
                     ptr: 0x7f00_0000_1000,
                     size: None,
                 },
-            },
-            Raw::Kernel {
+            }),
+            Raw::Kernel(KernelRec {
                 correlation: 7,
                 start: 11,
                 end: 19,
@@ -698,8 +788,8 @@ mod tests {
                 workgroup: [256, 1, 2],
                 grid: [4096, 3, u32::MAX],
                 group_segment: 65536,
-            },
-            Raw::Copy {
+            }),
+            Raw::Copy(CopyRec {
                 correlation: 8,
                 operation: 2,
                 start: 1,
@@ -707,8 +797,8 @@ mod tests {
                 src_agent: 0x100,
                 dst_agent: 0x200,
                 bytes: u64::MAX,
-            },
-            Raw::Op {
+            }),
+            Raw::Op(OpRec {
                 correlation: 13,
                 start: 1,
                 end: 2,
@@ -717,8 +807,8 @@ mod tests {
                 op: 1,
                 kind: 0x1207,
                 value: 1 << 33,
-            },
-            Raw::Memory {
+            }),
+            Raw::Memory(MemoryRec {
                 correlation: 9,
                 operation: 3,
                 tid: 77,
@@ -726,7 +816,7 @@ mod tests {
                 agent: 0x300,
                 address: 0x7f00_0000_1000,
                 bytes: 1 << 30,
-            },
+            }),
         ];
         for r in rs {
             assert_eq!(Raw::from_words(&r.to_words()), Some(r));

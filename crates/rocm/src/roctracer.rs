@@ -20,7 +20,6 @@ use crate::decode::{Decoder, NOISE};
 use crate::ffi::roctracer::{self as ffi, Tracer};
 use crate::ffi::SdkError;
 use crate::loader::{candidates_of, Origin, SearchInputs, ROCTRACER_SONAMES};
-use crate::record::Raw;
 use crate::source::RocmConfig;
 
 /// HIP API ids asked for names (`HIP_API_ID_LAST` is 446 in the newest HIP).
@@ -239,18 +238,12 @@ impl TracerLive {
 
     pub(crate) fn drain(&mut self, emit: &mut dyn FnMut(&Activity)) {
         let t = self.tracer;
-        while let Some(words) = t.queue.pop() {
-            let Some(raw) = Raw::from_words(&words) else {
-                continue;
-            };
-            let d = self.decoder();
-            let a = d.decode(&raw, |_| None, |c| t.external.call(c));
-            // Launch calls this dispatch named come before it.
-            d.take_released(false, emit);
-            if let Some(a) = a {
-                emit(&a);
-            }
+        // The decoder is made at the first record.
+        if !t.queue.has_ready() {
+            return;
         }
+        // roctracer's dispatch records carry the kernel's name (interned when copied).
+        crate::decode::drain(&t.queue, self.decoder(), |_| None, &t.external, emit);
     }
 
     pub(crate) fn flush(&mut self, emit: &mut dyn FnMut(&Activity)) -> Result<(), SdkError> {

@@ -27,7 +27,6 @@ use crate::decode::Decoder;
 use crate::ffi::{self, Agent, Kinds, Registration, SdkError, Tool};
 use crate::install::install_tool;
 use crate::loader::{NotFound, Origin};
-use crate::record::Raw;
 use crate::roctracer::{TracerError, TracerInfo, TracerLive};
 
 /// Settings for [`RocmSource`].
@@ -516,28 +515,20 @@ impl Live {
 
     fn drain(&mut self, emit: &mut dyn FnMut(&Activity)) {
         let tool = self.tool;
-        while let Some(words) = tool.queue.pop() {
-            let Some(raw) = Raw::from_words(&words) else {
-                continue;
-            };
-            let names = &tool.kernel_names;
-            let a = self.decoder.decode(
-                &raw,
-                |id| {
-                    names
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .get(&id)
-                        .cloned()
-                },
-                |c| tool.external.call(c),
-            );
-            // Launch calls this dispatch named come before it.
-            self.decoder.take_released(false, emit);
-            if let Some(a) = a {
-                emit(&a);
-            }
-        }
+        let names = &tool.kernel_names;
+        crate::decode::drain(
+            &tool.queue,
+            &mut self.decoder,
+            |id| {
+                names
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&id)
+                    .cloned()
+            },
+            &tool.external,
+            emit,
+        );
     }
 }
 

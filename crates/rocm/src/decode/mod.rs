@@ -22,8 +22,9 @@ use kinetrace_core::activity::{
 };
 use kinetrace_core::{intern, NameId, UnixNanos};
 
-use crate::external::CallInfo;
-use crate::record::{Raw, RawArgs};
+use crate::external::{CallInfo, ExternalIds};
+use crate::queue::{Queue, Words};
+use crate::record::{ApiRec, CopyRec, KernelRec, MemoryRec, OpRec, Raw, RawArgs, Tag};
 
 /// HIP calls Kineto leaves out of its traces (its ROCm skip list): frequent, no GPU work.
 pub const NOISE: &[&str] = &[
@@ -74,6 +75,20 @@ fn is_fill_kernel(symbol: &str) -> bool {
     symbol.starts_with("__amd_rocclr_fillBuffer")
 }
 
+/// Work-groups of `w` work-items covering `g` work-items. Work-group sizes are powers of two (and
+/// 1 in unused dimensions) almost always: a shift instead of a division, which would be the
+/// largest single cost of mapping a dispatch.
+#[inline]
+fn blocks(g: u32, w: u32) -> u32 {
+    if w <= 1 {
+        g
+    } else if w.is_power_of_two() {
+        (g >> w.trailing_zeros()) + u32::from(g & (w - 1) != 0)
+    } else {
+        g.div_ceil(w)
+    }
+}
+
 /// The direction of a copy operation, from the SDK's operation name.
 pub fn copy_direction(name: &str) -> MemcpyKind {
     match name {
@@ -105,15 +120,104 @@ impl Hasher for Fx {
     fn write_u32(&mut self, v: u32) {
         self.write_u64(u64::from(v));
     }
+    // An enum key's discriminant is hashed as an `isize`, whose default goes through `write`
+    // byte by byte.
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
 }
 
 type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
+
+/// A direct-mapped cache of 16 recent lookups in front of a map: a window's records interleave a
+/// few streams, kernels and launched functions, which one last-value cache misses every time and a
+/// hash-map lookup per field makes the decoder's largest cost. An exact cache: a slot holds its
+/// whole key.
+#[derive(Clone, Copy, Debug)]
+struct Recent<K, V> {
+    slots: [Option<(K, V)>; 16],
+}
+
+impl<K: Copy + Eq, V: Copy> Recent<K, V> {
+    const EMPTY: Recent<K, V> = Recent { slots: [None; 16] };
+
+    /// Fibonacci hashing of the key's word: the top four bits of one multiply.
+    fn index(word: u64) -> usize {
+        (word.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 60) as usize
+    }
+
+    #[inline]
+    fn get(&self, key: K, word: u64) -> Option<V> {
+        match self.slots[Self::index(word)] {
+            Some((k, v)) if k == key => Some(v),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn put(&mut self, key: K, word: u64, value: V) {
+        self.slots[Self::index(word)] = Some((key, value));
+    }
+}
 
 /// What a GPU record's row is keyed by: the HIP stream of its call, else its HSA queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Stream {
     Hip(u64),
     Queue(u64),
+}
+
+impl Stream {
+    fn word(self) -> u64 {
+        match self {
+            Stream::Hip(s) => s,
+            Stream::Queue(q) => !q,
+        }
+    }
+}
+
+/// Operation numbers under this are looked up by index (the SDK's are in the hundreds).
+const DENSE_OPS: usize = 4096;
+
+/// What the decoder knows of each operation number of one kind: a table indexed by the number for
+/// the SDK's small numbers, a map for any other.
+#[derive(Debug)]
+struct OpTable<V> {
+    dense: Vec<Option<V>>,
+    sparse: FxMap<u32, V>,
+}
+
+impl<V: Copy> OpTable<V> {
+    fn new(ops: impl IntoIterator<Item = (u32, V)>) -> OpTable<V> {
+        let mut t = OpTable {
+            dense: Vec::new(),
+            sparse: FxMap::default(),
+        };
+        for (op, v) in ops {
+            t.insert(op, v);
+        }
+        t
+    }
+
+    #[inline]
+    fn get(&self, op: u32) -> Option<V> {
+        match self.dense.get(op as usize) {
+            Some(v) => *v,
+            None => self.sparse.get(&op).copied(),
+        }
+    }
+
+    fn insert(&mut self, op: u32, v: V) {
+        let i = op as usize;
+        if i < DENSE_OPS {
+            if self.dense.len() <= i {
+                self.dense.resize(i + 1, None);
+            }
+            self.dense[i] = Some(v);
+        } else {
+            self.sparse.insert(op, v);
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -130,10 +234,10 @@ pub struct Decoder {
     pid: u32,
     /// Unix ns = SDK ns (CLOCK_BOOTTIME) + this.
     offset_ns: i64,
-    hip: FxMap<u32, ApiName>,
-    copies: FxMap<u32, MemcpyKind>,
-    /// Memory-allocation operations that free.
-    frees: FxMap<u32, bool>,
+    hip: OpTable<ApiName>,
+    copies: OpTable<MemcpyKind>,
+    /// Memory-allocation operations: whether each frees.
+    frees: OpTable<bool>,
     devices: FxMap<u64, u32>,
     streams: FxMap<Stream, u32>,
     /// Kernel id → (name, whether it is a ROCclr fill kernel).
@@ -145,9 +249,12 @@ pub struct Decoder {
     held: Vec<(u64, Activity)>,
     /// Held calls whose kernel is now known, for [`Decoder::take_released`].
     released: Vec<Activity>,
-    /// The last (stream, row) and (kernel id, name) looked up: records come in runs.
-    last_stream: (Stream, u32),
-    last_kernel: (u64, NameId, bool),
+    /// Recent (stream, row), (kernel id, name, fill), (function, name) and (agent, device)
+    /// lookups.
+    recent_streams: Recent<Stream, u32>,
+    recent_kernels: Recent<u64, (NameId, bool)>,
+    recent_functions: Recent<u64, NameId>,
+    last_device: (u64, u32),
     /// The call whose fill kernel was last mapped: a memset split into several fill dispatches
     /// counts its bytes once.
     last_fill: u64,
@@ -168,32 +275,28 @@ impl Decoder {
         Decoder {
             pid: std::process::id(),
             offset_ns,
-            hip: hip
-                .iter()
-                .map(|(op, n)| {
-                    (
-                        *op as u32,
-                        ApiName {
-                            name: intern(n),
-                            launches_work: FLOW_STARTS.contains(&n.as_str()),
-                            noise: NOISE.contains(&n.as_str()),
-                        },
-                    )
-                })
-                .collect(),
-            copies: copies
-                .iter()
-                .map(|(op, n)| (*op as u32, copy_direction(n)))
-                .collect(),
-            frees: FxMap::default(),
+            hip: OpTable::new(hip.iter().map(|(op, n)| {
+                (
+                    *op as u32,
+                    ApiName {
+                        name: intern(n),
+                        launches_work: FLOW_STARTS.contains(&n.as_str()),
+                        noise: NOISE.contains(&n.as_str()),
+                    },
+                )
+            })),
+            copies: OpTable::new(copies.iter().map(|(op, n)| (*op as u32, copy_direction(n)))),
+            frees: OpTable::new([]),
             devices: gpus.into_iter().collect(),
             streams: FxMap::default(),
             kernels: FxMap::default(),
             functions: FxMap::default(),
             held: Vec::new(),
             released: Vec::new(),
-            last_stream: (Stream::Queue(u64::MAX), 0),
-            last_kernel: (u64::MAX, NameId(u32::MAX), false),
+            recent_streams: Recent::EMPTY,
+            recent_kernels: Recent::EMPTY,
+            recent_functions: Recent::EMPTY,
+            last_device: (u64::MAX, u32::MAX),
             last_fill: 0,
             unknown_kernel: intern(UNKNOWN_KERNEL),
             keep_noise,
@@ -203,10 +306,7 @@ impl Decoder {
     /// The memory-allocation operations (number → SDK name): `…FREE` ones free, the others
     /// allocate.
     pub fn with_allocations(mut self, ops: &[(i32, String)]) -> Decoder {
-        self.frees = ops
-            .iter()
-            .map(|(op, n)| (*op as u32, n.ends_with("FREE")))
-            .collect();
+        self.frees = OpTable::new(ops.iter().map(|(op, n)| (*op as u32, n.ends_with("FREE"))));
         self
     }
 
@@ -216,19 +316,28 @@ impl Decoder {
 
     /// The device index of an agent: its index among GPUs, or (an agent the SDK did not list) the
     /// next free one.
+    #[inline]
     fn device(&mut self, agent: u64) -> u32 {
-        if let Some(d) = self.devices.get(&agent) {
-            return *d;
+        if self.last_device.0 == agent {
+            return self.last_device.1;
         }
-        let next = self.devices.values().max().map_or(0, |m| m + 1);
-        self.devices.insert(agent, next);
-        next
+        let d = match self.devices.get(&agent) {
+            Some(d) => *d,
+            None => {
+                let next = self.devices.values().max().map_or(0, |m| m + 1);
+                self.devices.insert(agent, next);
+                next
+            }
+        };
+        self.last_device = (agent, d);
+        d
     }
 
     /// The row of a stream: the null stream is 0, others numbered from 1 in order of first use.
+    #[inline]
     fn stream(&mut self, key: Stream) -> u32 {
-        if self.last_stream.0 == key {
-            return self.last_stream.1;
+        if let Some(s) = self.recent_streams.get(key, key.word()) {
+            return s;
         }
         let s = match key {
             Stream::Hip(0) => 0,
@@ -242,8 +351,19 @@ impl Decoder {
                 }
             },
         };
-        self.last_stream = (key, s);
+        self.recent_streams.put(key, key.word(), s);
         s
+    }
+
+    /// The kernel `function` launches, if a dispatch has named it.
+    #[inline]
+    fn function(&mut self, function: u64) -> Option<NameId> {
+        if let Some(n) = self.recent_functions.get(function, function) {
+            return Some(n);
+        }
+        let n = self.functions.get(&function).copied()?;
+        self.recent_functions.put(function, function, n);
+        Some(n)
     }
 
     /// Hands over the launch calls a dispatch named since the last call (they come before that
@@ -266,8 +386,18 @@ impl Decoder {
     }
 
     /// `function` launches `name`: remember it, and release the held calls that launched it.
+    #[inline]
     fn learn(&mut self, function: u64, name: NameId) {
-        if self.functions.insert(function, name).is_some() || self.held.is_empty() {
+        // Known already (the usual case): nothing to write.
+        if let Some(known) = self.function(function) {
+            if known != name {
+                self.functions.insert(function, name);
+                self.recent_functions.put(function, function, name);
+            }
+            return;
+        }
+        self.functions.insert(function, name);
+        if self.held.is_empty() {
             return;
         }
         let mut i = 0;
@@ -289,7 +419,8 @@ impl Decoder {
     }
 
     /// What the trace shows of a call's arguments.
-    fn call_args(&self, args: RawArgs) -> CallArgs {
+    #[inline]
+    fn call_args(&mut self, args: RawArgs) -> CallArgs {
         match args {
             RawArgs::None => CallArgs::Hip,
             RawArgs::Launch {
@@ -299,7 +430,7 @@ impl Decoder {
                 block,
                 shared,
             } => CallArgs::HipLaunch {
-                kernel: self.functions.get(&function).copied(),
+                kernel: self.function(function),
                 stream,
                 grid,
                 block,
@@ -326,310 +457,376 @@ impl Decoder {
 
     /// Maps one record. `kernel_name` looks a kernel id up in the code-object map; `call` gives
     /// what the API callback remembered of a correlation id's call (`External id`, stream,
-    /// function). `None` for calls left out as noise.
+    /// function). `None` for calls left out as noise (or held, see [`Decoder::take_released`]).
     pub fn decode(
         &mut self,
         raw: &Raw,
         kernel_name: impl FnOnce(u64) -> Option<String>,
         call: impl FnOnce(u64) -> Option<CallInfo>,
     ) -> Option<Activity> {
-        Some(match *raw {
-            Raw::Api {
-                operation,
-                correlation,
-                tid,
-                start,
-                end,
-                external: ext,
-                args,
-            } => {
-                let name = match self.hip.get(&operation) {
-                    Some(n) => *n,
-                    None => {
-                        // An operation the SDK did not list: named by its number, once.
-                        let n = ApiName {
-                            name: intern(&format!("hip_api_{operation}")),
-                            launches_work: false,
-                            noise: false,
-                        };
-                        self.hip.insert(operation, n);
-                        n
-                    }
+        match *raw {
+            Raw::Api(r) => self.api(r),
+            Raw::Kernel(r) => Some(self.kernel(r, kernel_name, call)),
+            Raw::Copy(r) => Some(self.copy(r, call)),
+            Raw::Op(r) => Some(self.op(r, call)),
+            Raw::Memory(r) => Some(self.memory(r, call)),
+        }
+    }
+
+    /// [`Decoder::decode`] of a queue slot's words, read field by field: no [`Raw`] is built on
+    /// the way (an enum built in memory and read back at other widths stalls store forwarding on
+    /// every record). `None` too for words no `to_words` wrote.
+    #[inline]
+    pub fn decode_words(
+        &mut self,
+        w: &Words,
+        kernel_name: impl FnOnce(u64) -> Option<String>,
+        call: impl FnOnce(u64) -> Option<CallInfo>,
+    ) -> Option<Activity> {
+        match Tag::of(w)? {
+            Tag::Api => self.api(ApiRec::from_words(w)?),
+            Tag::Kernel => Some(self.kernel(KernelRec::from_words(w)?, kernel_name, call)),
+            Tag::Copy => Some(self.copy(CopyRec::from_words(w)?, call)),
+            Tag::Op => Some(self.op(OpRec::from_words(w)?, call)),
+            Tag::Memory => Some(self.memory(MemoryRec::from_words(w)?, call)),
+        }
+    }
+
+    /// A HIP call: `cuda_runtime`, or held until a dispatch names its kernel.
+    #[inline]
+    fn api(&mut self, r: ApiRec) -> Option<Activity> {
+        let ApiRec {
+            operation,
+            correlation,
+            tid,
+            start,
+            end,
+            external: ext,
+            args,
+        } = r;
+        let name = match self.hip.get(operation) {
+            Some(n) => n,
+            None => {
+                // An operation the SDK did not list: named by its number, once.
+                let n = ApiName {
+                    name: intern(&format!("hip_api_{operation}")),
+                    launches_work: false,
+                    noise: false,
                 };
-                if name.noise && !self.keep_noise {
-                    return None;
-                }
-                let a = Activity {
-                    start: self.time(start),
-                    end: self.time(end),
-                    correlation: Some(correlation),
-                    external_id: (ext != 0).then_some(ext),
-                    detail: Detail::Runtime(ApiCall {
-                        name: name.name,
-                        cbid: Some(operation),
-                        pid: self.pid,
-                        tid,
-                        launches_work: name.launches_work,
-                        args: self.call_args(args),
-                    }),
-                };
-                // A launch of a function no dispatch has named yet waits for its dispatch, which
-                // names the kernel (kinetrace does not call HIP's hipKernelNameRefByPtr).
-                if let (Some(f), Detail::Runtime(c)) = (args.function(), &a.detail) {
-                    if matches!(c.args, CallArgs::HipLaunch { kernel: None, .. })
-                        && self.held.len() < MAX_HELD
-                    {
-                        self.held.push((f, a));
-                        return None;
-                    }
-                }
-                a
+                self.hip.insert(operation, n);
+                n
             }
-            Raw::Kernel {
-                correlation,
-                start,
-                end,
-                agent,
-                queue,
-                kernel_id,
-                workgroup,
-                grid,
-                group_segment,
-            } => {
-                let (name, fill) = if self.last_kernel.0 == kernel_id {
-                    (self.last_kernel.1, self.last_kernel.2)
-                } else {
-                    let (n, fill) = match self.kernels.get(&kernel_id) {
-                        Some(k) => *k,
-                        // A name registered later is looked up again next time.
-                        None => match kernel_name(kernel_id) {
-                            Some(s) => {
-                                let k = (intern(&s), is_fill_kernel(&s));
-                                self.kernels.insert(kernel_id, k);
-                                k
-                            }
-                            None => (self.unknown_kernel, false),
-                        },
-                    };
-                    if n != self.unknown_kernel {
-                        self.last_kernel = (kernel_id, n, fill);
+        };
+        if name.noise && !self.keep_noise {
+            return None;
+        }
+        let a = Activity {
+            start: self.time(start),
+            end: self.time(end),
+            correlation: Some(correlation),
+            external_id: (ext != 0).then_some(ext),
+            detail: Detail::Runtime(ApiCall {
+                name: name.name,
+                cbid: Some(operation),
+                pid: self.pid,
+                tid,
+                launches_work: name.launches_work,
+                args: self.call_args(args),
+            }),
+        };
+        // A launch of a function no dispatch has named yet waits for its dispatch, which
+        // names the kernel (kinetrace does not call HIP's hipKernelNameRefByPtr).
+        if let (Some(f), Detail::Runtime(c)) = (args.function(), &a.detail) {
+            if matches!(c.args, CallArgs::HipLaunch { kernel: None, .. })
+                && self.held.len() < MAX_HELD
+            {
+                self.held.push((f, a));
+                return None;
+            }
+        }
+        Some(a)
+    }
+
+    /// A dispatch: a kernel, or a memset for ROCclr's fill kernels.
+    #[inline]
+    fn kernel(
+        &mut self,
+        r: KernelRec,
+        kernel_name: impl FnOnce(u64) -> Option<String>,
+        call: impl FnOnce(u64) -> Option<CallInfo>,
+    ) -> Activity {
+        let KernelRec {
+            correlation,
+            start,
+            end,
+            agent,
+            queue,
+            kernel_id,
+            workgroup,
+            grid,
+            group_segment,
+        } = r;
+        let (name, fill) = if let Some(k) = self.recent_kernels.get(kernel_id, kernel_id) {
+            k
+        } else {
+            let (n, fill) = match self.kernels.get(&kernel_id) {
+                Some(k) => *k,
+                // A name registered later is looked up again next time.
+                None => match kernel_name(kernel_id) {
+                    Some(s) => {
+                        let k = (intern(&s), is_fill_kernel(&s));
+                        self.kernels.insert(kernel_id, k);
+                        k
                     }
-                    (n, fill)
-                };
+                    None => (self.unknown_kernel, false),
+                },
+            };
+            if n != self.unknown_kernel {
+                self.recent_kernels.put(kernel_id, kernel_id, (n, fill));
+            }
+            (n, fill)
+        };
+        let info = call(correlation).unwrap_or_default();
+        if let Some(f) = info.function {
+            if name != self.unknown_kernel {
+                self.learn(f, name);
+            }
+        }
+        let stream = self.stream(info.stream.map_or(Stream::Queue(queue), Stream::Hip));
+        if fill {
+            // A memset's work: Kineto's CUDA memset, with the bytes the call asked for
+            // on the first of its fill dispatches (0 on the others, so sums are right;
+            // 0 too when the call's arguments were not read).
+            let bytes = if self.last_fill == correlation {
+                0
+            } else {
+                info.bytes.unwrap_or(0)
+            };
+            self.last_fill = correlation;
+            return Activity {
+                start: self.time(start),
+                end: self.time(end),
+                correlation: Some(correlation),
+                external_id: (info.external != 0).then_some(info.external),
+                detail: Detail::Memset(Memset {
+                    memory_kind: MemoryKind::Device,
+                    bytes,
+                    device: self.device(agent),
+                    context: None,
+                    stream,
+                }),
+            };
+        }
+        Activity {
+            start: self.time(start),
+            end: self.time(end),
+            correlation: Some(correlation),
+            external_id: (info.external != 0).then_some(info.external),
+            detail: Detail::Kernel(Kernel {
+                name,
+                device: self.device(agent),
+                context: None,
+                stream,
                 // AQL grid sizes are in work-items; Kineto's grid is in work-groups.
-                let blocks = |g: u32, w: u32| if w == 0 { g } else { g.div_ceil(w) };
-                let info = call(correlation).unwrap_or_default();
-                if let Some(f) = info.function {
-                    if name != self.unknown_kernel {
-                        self.learn(f, name);
-                    }
-                }
-                let stream = self.stream(info.stream.map_or(Stream::Queue(queue), Stream::Hip));
-                if fill {
-                    // A memset's work: Kineto's CUDA memset, with the bytes the call asked for
-                    // on the first of its fill dispatches (0 on the others, so sums are right;
-                    // 0 too when the call's arguments were not read).
-                    let bytes = if self.last_fill == correlation {
-                        0
-                    } else {
-                        info.bytes.unwrap_or(0)
-                    };
-                    self.last_fill = correlation;
-                    return Some(Activity {
-                        start: self.time(start),
-                        end: self.time(end),
-                        correlation: Some(correlation),
-                        external_id: (info.external != 0).then_some(info.external),
-                        detail: Detail::Memset(Memset {
-                            memory_kind: MemoryKind::Device,
-                            bytes,
-                            device: self.device(agent),
-                            context: None,
-                            stream,
-                        }),
-                    });
-                }
-                Activity {
-                    start: self.time(start),
-                    end: self.time(end),
-                    correlation: Some(correlation),
-                    external_id: (info.external != 0).then_some(info.external),
-                    detail: Detail::Kernel(Kernel {
-                        name,
-                        device: self.device(agent),
-                        context: None,
-                        stream,
-                        grid: Some([
-                            blocks(grid[0], workgroup[0]),
-                            blocks(grid[1], workgroup[1]),
-                            blocks(grid[2], workgroup[2]),
-                        ]),
-                        block: Some(workgroup),
-                        registers_per_thread: None,
-                        shared_memory: Some(u64::from(group_segment)),
-                        queued: None,
-                        graph_id: None,
-                        kind_arg: true,
-                        graph_node_id: None,
-                    }),
-                }
+                grid: Some([
+                    blocks(grid[0], workgroup[0]),
+                    blocks(grid[1], workgroup[1]),
+                    blocks(grid[2], workgroup[2]),
+                ]),
+                block: Some(workgroup),
+                registers_per_thread: None,
+                shared_memory: Some(u64::from(group_segment)),
+                queued: None,
+                graph_id: None,
+                kind_arg: true,
+                graph_node_id: None,
+            }),
+        }
+    }
+
+    /// A copy, drawn on its GPU end.
+    #[inline]
+    fn copy(&mut self, r: CopyRec, call: impl FnOnce(u64) -> Option<CallInfo>) -> Activity {
+        let CopyRec {
+            correlation,
+            operation,
+            start,
+            end,
+            src_agent,
+            dst_agent,
+            bytes,
+        } = r;
+        let kind = self.copies.get(operation).unwrap_or(MemcpyKind::Unknown);
+        // The SDK does not say pageable or pinned: Kineto's `Host`.
+        let side = |host: bool| {
+            if host {
+                MemoryKind::Host
+            } else {
+                MemoryKind::Device
             }
-            Raw::Copy {
-                correlation,
-                operation,
-                start,
-                end,
-                src_agent,
-                dst_agent,
-                bytes,
-            } => {
-                let kind = self
-                    .copies
-                    .get(&operation)
-                    .copied()
-                    .unwrap_or(MemcpyKind::Unknown);
-                // The SDK does not say pageable or pinned: Kineto's `Host`.
-                let side = |host: bool| {
-                    if host {
-                        MemoryKind::Host
-                    } else {
-                        MemoryKind::Device
-                    }
-                };
-                let (src_host, dst_host) = match kind {
-                    MemcpyKind::HtoD => (true, false),
-                    MemcpyKind::DtoH => (false, true),
-                    MemcpyKind::HtoH => (true, true),
-                    _ => (false, false),
-                };
-                // The copy is drawn on its GPU end, on its call's stream (Kineto's SDK path: 0).
-                let gpu_agent = if dst_host { src_agent } else { dst_agent };
-                let info = call(correlation).unwrap_or_default();
-                let stream = info.stream.map_or(0, |s| self.stream(Stream::Hip(s)));
-                Activity {
-                    start: self.time(start),
-                    end: self.time(end),
-                    correlation: Some(correlation),
-                    external_id: (info.external != 0).then_some(info.external),
-                    detail: Detail::Memcpy(Memcpy {
-                        kind,
-                        src_kind: side(src_host),
-                        dst_kind: side(dst_host),
-                        bytes,
-                        device: self.device(gpu_agent),
-                        context: None,
-                        stream,
-                        kind_arg: true,
-                        peer: None,
-                    }),
-                }
-            }
-            Raw::Op {
-                correlation,
-                start,
-                end,
-                device,
-                queue,
-                op,
+        };
+        let (src_host, dst_host) = match kind {
+            MemcpyKind::HtoD => (true, false),
+            MemcpyKind::DtoH => (false, true),
+            MemcpyKind::HtoH => (true, true),
+            _ => (false, false),
+        };
+        // The copy is drawn on its GPU end, on its call's stream (Kineto's SDK path: 0).
+        let gpu_agent = if dst_host { src_agent } else { dst_agent };
+        let info = call(correlation).unwrap_or_default();
+        let stream = info.stream.map_or(0, |s| self.stream(Stream::Hip(s)));
+        Activity {
+            start: self.time(start),
+            end: self.time(end),
+            correlation: Some(correlation),
+            external_id: (info.external != 0).then_some(info.external),
+            detail: Detail::Memcpy(Memcpy {
                 kind,
-                value,
-            } => {
-                // roctracer (Kineto's roctracer path): the device is the KFD node id, the stream
-                // the HIP stream's queue index, both as the record gives them.
-                let info = call(correlation).unwrap_or_default();
-                let device = device.max(0) as u32;
-                let stream = queue.min(u64::from(u32::MAX)) as u32;
-                if let (ROCTRACER_DISPATCH, Some(f)) = (op, info.function) {
-                    // The launch's `kernel` argument, as from the SDK's dispatches.
-                    self.learn(f, NameId(value as u32));
-                }
-                let detail = match op {
-                    ROCTRACER_DISPATCH => Detail::Kernel(Kernel {
-                        name: NameId(value as u32),
-                        device,
-                        context: None,
-                        stream,
-                        grid: None,
-                        block: None,
-                        registers_per_thread: None,
-                        shared_memory: None,
-                        queued: None,
-                        graph_id: None,
-                        kind_arg: true,
-                        graph_node_id: None,
-                    }),
-                    _ if kind == ROCCLR_FILL_BUFFER => Detail::Memset(Memset {
-                        memory_kind: MemoryKind::Device,
-                        bytes: value,
-                        device,
-                        context: None,
-                        stream,
-                    }),
-                    _ => {
-                        let (kind, src_kind, dst_kind) = match kind {
-                            0x11F3 => (MemcpyKind::DtoH, MemoryKind::Device, MemoryKind::Host),
-                            0x11F4 => (MemcpyKind::HtoD, MemoryKind::Host, MemoryKind::Device),
-                            0x11F5 => (MemcpyKind::DtoD, MemoryKind::Device, MemoryKind::Device),
-                            _ => (
-                                MemcpyKind::Unknown,
-                                MemoryKind::Unknown,
-                                MemoryKind::Unknown,
-                            ),
-                        };
-                        Detail::Memcpy(Memcpy {
-                            kind,
-                            src_kind,
-                            dst_kind,
-                            bytes: value,
-                            device,
-                            context: None,
-                            stream,
-                            kind_arg: true,
-                            peer: None,
-                        })
-                    }
+                src_kind: side(src_host),
+                dst_kind: side(dst_host),
+                bytes,
+                device: self.device(gpu_agent),
+                context: None,
+                stream,
+                kind_arg: true,
+                peer: None,
+            }),
+        }
+    }
+
+    /// A roctracer HIP_OPS record.
+    #[inline]
+    fn op(&mut self, r: OpRec, call: impl FnOnce(u64) -> Option<CallInfo>) -> Activity {
+        let OpRec {
+            correlation,
+            start,
+            end,
+            device,
+            queue,
+            op,
+            kind,
+            value,
+        } = r;
+        // roctracer (Kineto's roctracer path): the device is the KFD node id, the stream
+        // the HIP stream's queue index, both as the record gives them.
+        let info = call(correlation).unwrap_or_default();
+        let device = device.max(0) as u32;
+        let stream = queue.min(u64::from(u32::MAX)) as u32;
+        if let (ROCTRACER_DISPATCH, Some(f)) = (op, info.function) {
+            // The launch's `kernel` argument, as from the SDK's dispatches.
+            self.learn(f, NameId(value as u32));
+        }
+        let detail = match op {
+            ROCTRACER_DISPATCH => Detail::Kernel(Kernel {
+                name: NameId(value as u32),
+                device,
+                context: None,
+                stream,
+                grid: None,
+                block: None,
+                registers_per_thread: None,
+                shared_memory: None,
+                queued: None,
+                graph_id: None,
+                kind_arg: true,
+                graph_node_id: None,
+            }),
+            _ if kind == ROCCLR_FILL_BUFFER => Detail::Memset(Memset {
+                memory_kind: MemoryKind::Device,
+                bytes: value,
+                device,
+                context: None,
+                stream,
+            }),
+            _ => {
+                let (kind, src_kind, dst_kind) = match kind {
+                    0x11F3 => (MemcpyKind::DtoH, MemoryKind::Device, MemoryKind::Host),
+                    0x11F4 => (MemcpyKind::HtoD, MemoryKind::Host, MemoryKind::Device),
+                    0x11F5 => (MemcpyKind::DtoD, MemoryKind::Device, MemoryKind::Device),
+                    _ => (
+                        MemcpyKind::Unknown,
+                        MemoryKind::Unknown,
+                        MemoryKind::Unknown,
+                    ),
                 };
-                Activity {
-                    start: self.time(start),
-                    end: self.time(end),
-                    correlation: Some(correlation),
-                    external_id: (info.external != 0).then_some(info.external),
-                    detail,
-                }
+                Detail::Memcpy(Memcpy {
+                    kind,
+                    src_kind,
+                    dst_kind,
+                    bytes: value,
+                    device,
+                    context: None,
+                    stream,
+                    kind_arg: true,
+                    peer: None,
+                })
             }
-            Raw::Memory {
-                correlation,
-                operation,
-                tid,
-                start,
-                agent,
+        };
+        Activity {
+            start: self.time(start),
+            end: self.time(end),
+            correlation: Some(correlation),
+            external_id: (info.external != 0).then_some(info.external),
+            detail,
+        }
+    }
+
+    /// A memory allocation or free.
+    #[inline]
+    fn memory(&mut self, r: MemoryRec, call: impl FnOnce(u64) -> Option<CallInfo>) -> Activity {
+        let MemoryRec {
+            correlation,
+            operation,
+            tid,
+            start,
+            agent,
+            address,
+            bytes,
+        } = r;
+        let free = self.frees.get(operation).unwrap_or(false);
+        Activity {
+            start: self.time(start),
+            end: self.time(start),
+            correlation: Some(correlation),
+            external_id: call(correlation).and_then(|c| (c.external != 0).then_some(c.external)),
+            detail: Detail::Memory(Memory {
+                op: if free {
+                    MemoryOp::Free
+                } else {
+                    MemoryOp::Alloc
+                },
+                device: Some(self.device(agent)),
                 address,
                 bytes,
-            } => {
-                let free = self.frees.get(&operation).copied().unwrap_or(false);
-                Activity {
-                    start: self.time(start),
-                    end: self.time(start),
-                    correlation: Some(correlation),
-                    external_id: call(correlation)
-                        .and_then(|c| (c.external != 0).then_some(c.external)),
-                    detail: Detail::Memory(Memory {
-                        op: if free {
-                            MemoryOp::Free
-                        } else {
-                            MemoryOp::Alloc
-                        },
-                        device: Some(self.device(agent)),
-                        address,
-                        bytes,
-                        total_allocated: None,
-                        total_reserved: None,
-                        pid: self.pid,
-                        tid,
-                    }),
-                }
-            }
-        })
+                total_allocated: None,
+                total_reserved: None,
+                pid: self.pid,
+                tid,
+            }),
+        }
+    }
+}
+
+/// Maps every record `queue` holds, in order, and hands each activity to `emit`: the collector's
+/// side of both sources (the SDK's and roctracer's). `kernel_name` looks up a kernel id the
+/// decoder has not seen (once per kernel); `external` is the table the API callback filled at
+/// ENTER. Launch calls held for their kernel's name come out right before the dispatch that
+/// named it.
+pub fn drain(
+    queue: &Queue,
+    decoder: &mut Decoder,
+    mut kernel_name: impl FnMut(u64) -> Option<String>,
+    external: &ExternalIds,
+    emit: &mut dyn FnMut(&Activity),
+) {
+    while let Some(words) = queue.pop() {
+        let a = decoder.decode_words(&words, &mut kernel_name, |c| external.call(c));
+        if !decoder.released.is_empty() {
+            decoder.take_released(false, emit);
+        }
+        if let Some(a) = a {
+            emit(&a);
+        }
     }
 }
 

@@ -21,7 +21,7 @@ fn decoder() -> Decoder {
 #[test]
 fn kernel_maps_like_kineto() {
     let mut d = decoder();
-    let raw = Raw::Kernel {
+    let raw = Raw::Kernel(KernelRec {
         correlation: 7,
         start: 100,
         end: 150,
@@ -31,7 +31,7 @@ fn kernel_maps_like_kineto() {
         workgroup: [256, 1, 1],
         grid: [4096, 1, 1],
         group_segment: 128,
-    };
+    });
     let a = d
         .decode(
             &raw,
@@ -60,7 +60,7 @@ fn kernel_maps_like_kineto() {
     assert_eq!(&*kinetrace_core::intern::resolve(k.name), "axpy");
     // A record whose call named no stream is placed by its HSA queue, after the HIP streams;
     // an unknown kernel id keeps Kineto's placeholder.
-    let raw2 = Raw::Kernel {
+    let raw2 = Raw::Kernel(KernelRec {
         correlation: 8,
         start: 200,
         end: 250,
@@ -70,7 +70,7 @@ fn kernel_maps_like_kineto() {
         workgroup: [64, 1, 1],
         grid: [64, 1, 1],
         group_segment: 0,
-    };
+    });
     let b = d.decode(&raw2, |_| None, |_| None).unwrap();
     let Detail::Kernel(k) = b.detail else {
         panic!("{b:?}")
@@ -78,7 +78,7 @@ fn kernel_maps_like_kineto() {
     assert_eq!(k.stream, 1);
     assert_eq!(&*kinetrace_core::intern::resolve(k.name), UNKNOWN_KERNEL);
     // A later launch of the same function names its kernel; a non-null stream is the next row.
-    let launch = Raw::Api {
+    let launch = Raw::Api(ApiRec {
         operation: 214,
         correlation: 9,
         tid: 1,
@@ -92,7 +92,7 @@ fn kernel_maps_like_kineto() {
             block: [256, 1, 1],
             shared: 0,
         },
-    };
+    });
     let c = d.decode(&launch, |_| None, |_| None).unwrap();
     assert_eq!(d.held(), 0, "the function is known: not held");
     let Detail::Runtime(call) = c.detail else {
@@ -108,7 +108,7 @@ fn kernel_maps_like_kineto() {
         Some("axpy")
     );
     assert_eq!(stream, 0x5555_0000);
-    let on_stream = Raw::Kernel {
+    let on_stream = Raw::Kernel(KernelRec {
         correlation: 9,
         start: 320,
         end: 330,
@@ -118,7 +118,7 @@ fn kernel_maps_like_kineto() {
         workgroup: [256, 1, 1],
         grid: [4096, 1, 1],
         group_segment: 0,
-    };
+    });
     let info = CallInfo {
         external: 0,
         stream: Some(0x5555_0000),
@@ -135,25 +135,27 @@ fn kernel_maps_like_kineto() {
 #[test]
 fn a_launch_waits_for_the_dispatch_that_names_its_kernel() {
     let mut d = decoder();
-    let launch = |correlation, function| Raw::Api {
-        operation: 214,
-        correlation,
-        tid: 1,
-        start: 10,
-        end: 20,
-        external: 0,
-        args: RawArgs::Launch {
-            function,
-            stream: 0,
-            grid: [1, 1, 1],
-            block: [64, 1, 1],
-            shared: 0,
-        },
+    let launch = |correlation, function| {
+        Raw::Api(ApiRec {
+            operation: 214,
+            correlation,
+            tid: 1,
+            start: 10,
+            end: 20,
+            external: 0,
+            args: RawArgs::Launch {
+                function,
+                stream: 0,
+                grid: [1, 1, 1],
+                block: [64, 1, 1],
+                shared: 0,
+            },
+        })
     };
     assert!(d.decode(&launch(1, 0xf1), |_| None, |_| None).is_none());
     assert!(d.decode(&launch(2, 0xf2), |_| None, |_| None).is_none());
     assert_eq!(d.held(), 2);
-    let dispatch = Raw::Kernel {
+    let dispatch = Raw::Kernel(KernelRec {
         correlation: 1,
         start: 30,
         end: 40,
@@ -163,7 +165,7 @@ fn a_launch_waits_for_the_dispatch_that_names_its_kernel() {
         workgroup: [64, 1, 1],
         grid: [64, 1, 1],
         group_segment: 0,
-    };
+    });
     let info = |f| CallInfo {
         external: 0,
         stream: Some(0),
@@ -196,14 +198,16 @@ fn a_launch_waits_for_the_dispatch_that_names_its_kernel() {
 #[test]
 fn api_calls_and_noise() {
     let mut d = decoder();
-    let call = |op| Raw::Api {
-        operation: op,
-        correlation: 5,
-        tid: 77,
-        start: 10,
-        end: 20,
-        external: 9,
-        args: RawArgs::None,
+    let call = |op| {
+        Raw::Api(ApiRec {
+            operation: op,
+            correlation: 5,
+            tid: 77,
+            start: 10,
+            end: 20,
+            external: 9,
+            args: RawArgs::None,
+        })
     };
     let a = d.decode(&call(214), |_| None, |_| None).unwrap();
     let Detail::Runtime(c) = a.detail else {
@@ -227,14 +231,16 @@ fn api_calls_and_noise() {
 #[test]
 fn copies_sit_on_their_gpu_end() {
     let mut d = decoder();
-    let copy = |op, src, dst| Raw::Copy {
-        correlation: 1,
-        operation: op,
-        start: 0,
-        end: 5,
-        src_agent: src,
-        dst_agent: dst,
-        bytes: 4096,
+    let copy = |op, src, dst| {
+        Raw::Copy(CopyRec {
+            correlation: 1,
+            operation: op,
+            start: 0,
+            end: 5,
+            src_agent: src,
+            dst_agent: dst,
+            bytes: 4096,
+        })
     };
     let a = d
         .decode(&copy(2, 0x100, 0x300), |_| None, |_| None)
@@ -254,4 +260,224 @@ fn copies_sit_on_their_gpu_end() {
         panic!()
     };
     assert_eq!((m.kind, m.device), (MemcpyKind::DtoH, 0));
+}
+
+#[test]
+fn work_groups_cover_the_grid() {
+    for (g, w) in [
+        (0, 0),
+        (7, 0),
+        (7, 1),
+        (0, 256),
+        (1, 256),
+        (256, 256),
+        (257, 256),
+        (65_536, 256),
+        (u32::MAX, 2),
+        (u32::MAX, 1 << 31),
+        (100, 3),
+        (u32::MAX, 1000),
+    ] {
+        let want = if w == 0 { g } else { g.div_ceil(w) };
+        assert_eq!(super::blocks(g, w), want, "grid {g} / work-group {w}");
+    }
+}
+
+#[test]
+fn words_decode_as_the_record_they_hold() {
+    let records = [
+        Raw::Api(ApiRec {
+            operation: 214,
+            correlation: 1,
+            tid: 7,
+            start: 10,
+            end: 20,
+            external: 3,
+            args: RawArgs::Launch {
+                function: 0xf1,
+                stream: 0x5555,
+                grid: [4, 2, 1],
+                block: [256, 1, 1],
+                shared: 64,
+            },
+        }),
+        Raw::Kernel(KernelRec {
+            correlation: 1,
+            start: 30,
+            end: 40,
+            agent: 0x300,
+            queue: 0xabc,
+            kernel_id: 3,
+            workgroup: [256, 2, 1],
+            grid: [1024, 7, 1],
+            group_segment: 512,
+        }),
+        Raw::Api(ApiRec {
+            operation: 214,
+            correlation: 2,
+            tid: 7,
+            start: 50,
+            end: 60,
+            external: 0,
+            args: RawArgs::Launch {
+                function: 0xf1,
+                stream: 0,
+                grid: [1, 1, 1],
+                block: [64, 1, 1],
+                shared: 0,
+            },
+        }),
+        Raw::Copy(CopyRec {
+            correlation: 4,
+            operation: 3,
+            start: 70,
+            end: 80,
+            src_agent: 0x200,
+            dst_agent: 0x100,
+            bytes: 1 << 20,
+        }),
+        Raw::Op(OpRec {
+            correlation: 5,
+            start: 90,
+            end: 95,
+            device: 2,
+            queue: 1,
+            op: 1,
+            kind: 0x11F4,
+            value: 4096,
+        }),
+        Raw::Memory(MemoryRec {
+            correlation: 6,
+            operation: 1,
+            tid: 7,
+            start: 99,
+            agent: 0x200,
+            address: 0x7f00_0000_0000,
+            bytes: 1 << 30,
+        }),
+    ];
+    let call = |c: u64| {
+        Some(CallInfo {
+            external: 40 + c,
+            stream: Some(0x5555),
+            function: Some(0xf1),
+            bytes: None,
+        })
+    };
+    let (mut by_record, mut by_words) = (decoder(), decoder());
+    for r in &records {
+        let a = by_record.decode(r, |_| Some("gemm".into()), call);
+        let b = by_words.decode_words(&r.to_words(), |_| Some("gemm".into()), call);
+        assert_eq!(a, b, "{r:?}");
+    }
+    // The first launch was held until its dispatch named the kernel, on both paths.
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    by_record.take_released(true, &mut |a| x.push(*a));
+    by_words.take_released(true, &mut |a| y.push(*a));
+    assert_eq!((x.len(), &x), (1, &y));
+    assert_eq!(
+        by_words.decode_words(&[0; crate::queue::WORDS], |_| None, |_| None),
+        None
+    );
+}
+
+#[test]
+fn interleaved_streams_and_kernels_keep_their_rows_and_names() {
+    // More streams and kernels than the recent-lookup caches hold, interleaved over three laps:
+    // rows stay in order of first use and every dispatch gets its own kernel's name.
+    let mut d = decoder();
+    for lap in 0..3u64 {
+        for i in 0..40u64 {
+            let raw = Raw::Kernel(KernelRec {
+                correlation: 1 + lap * 40 + i,
+                start: 1,
+                end: 2,
+                agent: 0x200,
+                queue: 0xa000 + i,
+                kernel_id: 100 + (i * 7) % 40,
+                workgroup: [64, 1, 1],
+                grid: [64, 1, 1],
+                group_segment: 0,
+            });
+            let a = d
+                .decode(
+                    &raw,
+                    |id| Some(format!("k{id}")),
+                    |_| {
+                        Some(CallInfo {
+                            stream: Some(0x5000 + i * 0x10),
+                            ..CallInfo::default()
+                        })
+                    },
+                )
+                .unwrap();
+            let Detail::Kernel(k) = a.detail else {
+                panic!("{a:?}")
+            };
+            assert_eq!(k.stream, i as u32 + 1, "lap {lap}, stream {i}");
+            assert_eq!(
+                &*kinetrace_core::intern::resolve(k.name),
+                format!("k{}", 100 + (i * 7) % 40),
+                "lap {lap}, dispatch {i}"
+            );
+        }
+    }
+}
+
+#[test]
+fn operation_numbers_past_the_table() {
+    let mut d = Decoder::new(
+        &[(70_000, "hipLaunchKernel".into()), (3, "hipMalloc".into())],
+        &[(9_000, "MEMORY_COPY_DEVICE_TO_HOST".into())],
+        HashMap::new(),
+        0,
+        false,
+    );
+    let name = |d: &mut Decoder, op| {
+        let a = d
+            .decode(
+                &Raw::Api(ApiRec {
+                    operation: op,
+                    correlation: 1,
+                    tid: 1,
+                    start: 1,
+                    end: 2,
+                    external: 0,
+                    args: RawArgs::None,
+                }),
+                |_| None,
+                |_| None,
+            )
+            .unwrap();
+        let Detail::Runtime(c) = a.detail else {
+            panic!("{a:?}")
+        };
+        (
+            kinetrace_core::intern::resolve(c.name).to_string(),
+            c.launches_work,
+        )
+    };
+    assert_eq!(name(&mut d, 70_000), ("hipLaunchKernel".into(), true));
+    assert_eq!(name(&mut d, 3), ("hipMalloc".into(), true));
+    assert_eq!(name(&mut d, 5_000), ("hip_api_5000".into(), false));
+    assert_eq!(name(&mut d, 5_000), ("hip_api_5000".into(), false));
+    let copy = d
+        .decode(
+            &Raw::Copy(CopyRec {
+                correlation: 2,
+                operation: 9_000,
+                start: 1,
+                end: 2,
+                src_agent: 0x200,
+                dst_agent: 0x100,
+                bytes: 8,
+            }),
+            |_| None,
+            |_| None,
+        )
+        .unwrap();
+    let Detail::Memcpy(m) = copy.detail else {
+        panic!("{copy:?}")
+    };
+    assert_eq!(m.kind, MemcpyKind::DtoH);
 }

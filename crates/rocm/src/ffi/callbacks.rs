@@ -17,9 +17,11 @@ use kinetrace_rocprofiler_sdk_sys::{
 };
 
 use super::calls::now;
-use super::tool::{marker_hooks, tool, Tool};
+use super::tool::{marker_hooks, tool, Kinds, Tool};
 use crate::external::CallInfo;
-use crate::record::{ArgLayout, Raw, RawArgs};
+use crate::queue::Queue;
+use crate::queue::Words;
+use crate::record::{ApiRec, ArgLayout, CopyRec, KernelRec, MemoryRec, RawArgs};
 
 /// The buffer callback: copies each dispatch and copy record into the queue. No lock, no
 /// allocation, never blocks (a full queue refuses and counts).
@@ -38,31 +40,55 @@ pub(super) unsafe extern "C" fn buffer_callback(
         if drop_count > 0 {
             tool.sdk_dropped.fetch_add(drop_count, Ordering::Relaxed);
         }
-        if headers.is_null() {
-            return;
-        }
-        for i in 0..n {
-            // SAFETY: the SDK passes `n` header pointers, valid during the callback.
-            let h = unsafe { *headers.add(i) };
-            if h.is_null() {
-                continue;
-            }
-            // SAFETY: a valid header (above).
-            let h = unsafe { &*h };
-            match copy_record(tool, h) {
-                Some(raw) => {
-                    tool.queue.push(&raw.to_words());
-                }
-                None => {
-                    tool.skipped.fetch_add(1, Ordering::Relaxed);
-                }
-            }
+        // SAFETY: the SDK's `n` header pointers, valid during this callback.
+        let skipped = unsafe { queue_records(&tool.kinds, headers, n, &tool.queue) };
+        if skipped > 0 {
+            tool.skipped.fetch_add(skipped, Ordering::Relaxed);
         }
     }));
 }
 
-/// The record behind `h`, if it is a dispatch or a copy whose `size` covers what is read.
-fn copy_record(tool: &Tool, h: &RecordHeader) -> Option<Raw> {
+/// What the buffer callback does with the SDK's records: each dispatch, copy and (1.x) allocation
+/// record of `kinds` is copied into `queue` (refused and counted there when full); returns how many
+/// records were of a kind or size kinetrace does not read. Public so the decode bench measures
+/// this very path.
+///
+/// # Safety
+/// `headers` is null or points to `n` header pointers, each null or pointing to a record header
+/// whose payload (if not null) is a record of the size its leading `size` says, 8-aligned, all
+/// valid for the duration of the call: what the SDK passes its buffer callback.
+pub unsafe fn queue_records(
+    kinds: &Kinds,
+    headers: *const *mut RecordHeader,
+    n: usize,
+    queue: &Queue,
+) -> u64 {
+    if headers.is_null() {
+        return 0;
+    }
+    let mut skipped = 0;
+    for i in 0..n {
+        // SAFETY: `n` header pointers (the contract above).
+        let h = unsafe { *headers.add(i) };
+        if h.is_null() {
+            continue;
+        }
+        // SAFETY: a valid header (the contract above).
+        let h = unsafe { &*h };
+        match copy_record(kinds, h) {
+            Some(words) => {
+                queue.push(&words);
+            }
+            None => skipped += 1,
+        }
+    }
+    skipped
+}
+
+/// The queue words of the record behind `h`, if it is a dispatch, copy or allocation whose `size`
+/// covers what is read.
+#[inline]
+fn copy_record(kinds: &Kinds, h: &RecordHeader) -> Option<Words> {
     if h.category != sys::BUFFER_CATEGORY_TRACING || h.payload.is_null() {
         return None;
     }
@@ -70,30 +96,30 @@ fn copy_record(tool: &Tool, h: &RecordHeader) -> Option<Raw> {
     // SAFETY: every tracing record starts with its `size` (u64); the payload is valid during the
     // callback.
     let size = unsafe { *(h.payload as *const u64) } as usize;
-    if kind == tool.kinds.kernel_dispatch {
+    if kind == kinds.kernel_dispatch {
         if size < std::mem::size_of::<KernelDispatchRecord>() {
             return None;
         }
         // SAFETY: a kernel-dispatch record of at least its size (checked), 8-aligned as the SDK
         // allocates it.
         let r = unsafe { &*(h.payload as *const KernelDispatchRecord) };
-        Some(Raw::of_dispatch(r))
-    } else if kind == tool.kinds.memory_copy {
-        // Read as the 0.x record, the prefix of the 1.x one (`Raw::of_copy`).
+        Some(KernelRec::of(r).to_words())
+    } else if kind == kinds.memory_copy {
+        // Read as the 0.x record, the prefix of the 1.x one (`CopyRec::of`).
         if size < std::mem::size_of::<v0::MemoryCopyRecord>() {
             return None;
         }
         // SAFETY: a memory-copy record of at least the 0.x size (checked).
         let r = unsafe { &*(h.payload as *const v0::MemoryCopyRecord) };
-        Some(Raw::of_copy(r))
-    } else if Some(kind) == tool.kinds.memory_allocation {
+        Some(CopyRec::of(r).to_words())
+    } else if Some(kind) == kinds.memory_allocation {
         if size < std::mem::size_of::<v1::MemoryAllocationRecord>() {
             return None;
         }
         // SAFETY: a 1.x memory-allocation record of at least its size (checked; the kind is only
         // configured on 1.x).
         let r = unsafe { &*(h.payload as *const v1::MemoryAllocationRecord) };
-        Some(Raw::of_allocation(r))
+        Some(MemoryRec::of(r).to_words())
     } else {
         None
     }
@@ -266,7 +292,7 @@ fn api_phase(
         if start == 0 {
             return;
         }
-        let raw = Raw::Api {
+        let call = ApiRec {
             operation,
             correlation,
             tid: thread as u32,
@@ -275,7 +301,7 @@ fn api_phase(
             external: recorder::current_external_id().unwrap_or(0),
             args: hip_args(tool, operation, payload, true),
         };
-        tool.queue.push(&raw.to_words());
+        tool.queue.push(&call.to_words());
     }
 }
 

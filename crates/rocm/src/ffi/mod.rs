@@ -13,6 +13,7 @@ mod calls;
 pub(crate) mod roctracer;
 mod tool;
 
+pub use callbacks::queue_records;
 pub(crate) use calls::{
     flush_buffer, get_version, kinds, load, operations, query_agents, start_context, stop_context,
     timestamp, Tracing,

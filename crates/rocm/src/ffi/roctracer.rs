@@ -22,7 +22,8 @@ use kinetrace_roctracer_sys::{self as rt, LoadError, Properties, Record, Roctrac
 use super::calls::SdkError;
 use crate::external::{CallInfo, ExternalIds};
 use crate::queue::Queue;
-use crate::record::{ArgLayout, Raw, RawArgs};
+use crate::queue::Words;
+use crate::record::{ApiRec, ArgLayout, OpRec, RawArgs};
 use crate::roctracer::HIP_API_IDS;
 use std::sync::atomic::AtomicU8;
 
@@ -351,7 +352,7 @@ unsafe extern "C" fn api_callback(domain: u32, cid: u32, data: *const c_void, _a
             let Some(start) = start else {
                 return;
             };
-            let raw = Raw::Api {
+            let call = ApiRec {
                 operation: cid,
                 correlation: d.correlation_id,
                 tid: recorder::current_tid(),
@@ -360,7 +361,7 @@ unsafe extern "C" fn api_callback(domain: u32, cid: u32, data: *const c_void, _a
                 external: recorder::current_external_id().unwrap_or(0),
                 args: hip_args(t, cid, data),
             };
-            t.queue.push(&raw.to_words());
+            t.queue.push(&call.to_words());
         }
     }));
 }
@@ -380,8 +381,8 @@ unsafe extern "C" fn buffer_callback(begin: *const c_char, end: *const c_char, _
             // SAFETY: a whole record between `begin` and `end` (checked), valid during the callback.
             let rec = unsafe { *r };
             match copy_op(&rec) {
-                Some(raw) => {
-                    t.queue.push(&raw.to_words());
+                Some(words) => {
+                    t.queue.push(&words);
                 }
                 None => {
                     t.skipped.fetch_add(1, Ordering::Relaxed);
@@ -399,7 +400,7 @@ unsafe extern "C" fn buffer_callback(begin: *const c_char, end: *const c_char, _
 }
 
 /// What kinetrace keeps of one HIP_OPS record.
-fn copy_op(rec: &Record) -> Option<Raw> {
+fn copy_op(rec: &Record) -> Option<Words> {
     if rec.domain != rt::DOMAIN_HIP_OPS {
         return None;
     }
@@ -418,14 +419,17 @@ fn copy_op(rec: &Record) -> Option<Raw> {
         rt::HIP_OP_COPY => rec.bytes(),
         _ => return None,
     };
-    Some(Raw::Op {
-        correlation: rec.correlation_id,
-        start: rec.begin_ns,
-        end: rec.end_ns,
-        device: rec.device_id(),
-        queue: rec.queue_id,
-        op: rec.op,
-        kind: rec.kind,
-        value,
-    })
+    Some(
+        OpRec {
+            correlation: rec.correlation_id,
+            start: rec.begin_ns,
+            end: rec.end_ns,
+            device: rec.device_id(),
+            queue: rec.queue_id,
+            op: rec.op,
+            kind: rec.kind,
+            value,
+        }
+        .to_words(),
+    )
 }

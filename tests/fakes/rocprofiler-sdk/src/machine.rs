@@ -65,6 +65,17 @@ pub(crate) static DROPPED: AtomicU64 = AtomicU64::new(0);
 pub(crate) static OTHER_TOOL_RECORDS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static CALLBACKS: AtomicU64 = AtomicU64::new(0);
 
+/// A one-shot start for the next GPU record (0: none), set by `fake_rocp_next_gpu_start`.
+pub(crate) static NEXT_GPU_START: AtomicU64 = AtomicU64::new(0);
+
+/// When the next GPU record starts: the time a test set for it, else 1 µs from now.
+pub(crate) fn gpu_start() -> u64 {
+    match NEXT_GPU_START.swap(0, std::sync::atomic::Ordering::Relaxed) {
+        0 => boottime_ns() + 1_000,
+        t => t,
+    }
+}
+
 pub(crate) fn boottime_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,

@@ -213,7 +213,7 @@ fn emit_dispatch(
     block_x: u32,
     dur_ns: u64,
 ) {
-    let start = boottime_ns() + 1_000;
+    let start = gpu_start();
     let op = kind_number(&dispatch_ops(), "KERNEL_DISPATCH_COMPLETE") as u32;
     let record = KernelDispatchRecord {
         size: std::mem::size_of::<KernelDispatchRecord>() as u64,
@@ -250,6 +250,19 @@ fn emit_dispatch(
     emit_async("KERNEL_DISPATCH", || {
         words_of(&record, std::mem::size_of::<KernelDispatchRecord>())
     });
+}
+
+/// The SDK's clock now (CLOCK_BOOTTIME ns), for [`fake_rocp_next_gpu_start`].
+#[no_mangle]
+pub extern "C" fn fake_rocp_now() -> u64 {
+    boottime_ns()
+}
+
+/// The next GPU record (dispatch or copy) starts at `ns` on the SDK's clock instead of 1 µs after
+/// its call: a test lays out an exact GPU timeline (overlaps, gaps) this way.
+#[no_mangle]
+pub extern "C" fn fake_rocp_next_gpu_start(ns: u64) {
+    NEXT_GPU_START.store(ns, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// `hipMemsetAsync` of `bytes` on HIP stream `stream` of GPU `gpu`, carried out as ROCclr does:
@@ -306,7 +319,7 @@ pub unsafe extern "C" fn fake_rocp_memcpy(
         stream: std::ptr::null_mut(),
     };
     hip_call("hipMemcpyAsync", HipPayload::of(&args), |correlation| {
-        let start = boottime_ns() + 1_000;
+        let start = gpu_start();
         let names = [
             "MEMORY_COPY_HOST_TO_HOST",
             "MEMORY_COPY_HOST_TO_DEVICE",
