@@ -39,7 +39,7 @@ type Now = extern "C" fn() -> u64;
 type At = extern "C" fn(u64);
 
 /// The RCCL kernel of the construction (HTA calls a kernel with `nccl` in its name communication).
-pub const ALLREDUCE: &str = "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)";
+const ALLREDUCE: &str = "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)";
 /// How far after a step's start its GPU work begins.
 const LEAD_NS: u64 = 100_000_000;
 /// The all-reduce's HIP stream.

@@ -138,25 +138,36 @@ struct Recent<K, V> {
     slots: [Option<(K, V)>; 16],
 }
 
-impl<K: Copy + Eq, V: Copy> Recent<K, V> {
+/// A key of a [`Recent`] cache: the word its slot is picked by.
+trait CacheKey: Copy + Eq {
+    fn word(self) -> u64;
+}
+
+impl CacheKey for u64 {
+    fn word(self) -> u64 {
+        self
+    }
+}
+
+impl<K: CacheKey, V: Copy> Recent<K, V> {
     const EMPTY: Recent<K, V> = Recent { slots: [None; 16] };
 
     /// Fibonacci hashing of the key's word: the top four bits of one multiply.
-    fn index(word: u64) -> usize {
-        (word.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 60) as usize
+    fn index(key: K) -> usize {
+        (key.word().wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 60) as usize
     }
 
     #[inline]
-    fn get(&self, key: K, word: u64) -> Option<V> {
-        match self.slots[Self::index(word)] {
+    fn get(&self, key: K) -> Option<V> {
+        match self.slots[Self::index(key)] {
             Some((k, v)) if k == key => Some(v),
             _ => None,
         }
     }
 
     #[inline]
-    fn put(&mut self, key: K, word: u64, value: V) {
-        self.slots[Self::index(word)] = Some((key, value));
+    fn put(&mut self, key: K, value: V) {
+        self.slots[Self::index(key)] = Some((key, value));
     }
 }
 
@@ -167,7 +178,7 @@ enum Stream {
     Queue(u64),
 }
 
-impl Stream {
+impl CacheKey for Stream {
     fn word(self) -> u64 {
         match self {
             Stream::Hip(s) => s,
@@ -254,7 +265,7 @@ pub struct Decoder {
     recent_streams: Recent<Stream, u32>,
     recent_kernels: Recent<u64, (NameId, bool)>,
     recent_functions: Recent<u64, NameId>,
-    last_device: (u64, u32),
+    last_device: Option<(u64, u32)>,
     /// The call whose fill kernel was last mapped: a memset split into several fill dispatches
     /// counts its bytes once.
     last_fill: u64,
@@ -296,7 +307,7 @@ impl Decoder {
             recent_streams: Recent::EMPTY,
             recent_kernels: Recent::EMPTY,
             recent_functions: Recent::EMPTY,
-            last_device: (u64::MAX, u32::MAX),
+            last_device: None,
             last_fill: 0,
             unknown_kernel: intern(UNKNOWN_KERNEL),
             keep_noise,
@@ -318,8 +329,10 @@ impl Decoder {
     /// next free one.
     #[inline]
     fn device(&mut self, agent: u64) -> u32 {
-        if self.last_device.0 == agent {
-            return self.last_device.1;
+        if let Some((a, d)) = self.last_device {
+            if a == agent {
+                return d;
+            }
         }
         let d = match self.devices.get(&agent) {
             Some(d) => *d,
@@ -329,14 +342,14 @@ impl Decoder {
                 next
             }
         };
-        self.last_device = (agent, d);
+        self.last_device = Some((agent, d));
         d
     }
 
     /// The row of a stream: the null stream is 0, others numbered from 1 in order of first use.
     #[inline]
     fn stream(&mut self, key: Stream) -> u32 {
-        if let Some(s) = self.recent_streams.get(key, key.word()) {
+        if let Some(s) = self.recent_streams.get(key) {
             return s;
         }
         let s = match key {
@@ -351,18 +364,18 @@ impl Decoder {
                 }
             },
         };
-        self.recent_streams.put(key, key.word(), s);
+        self.recent_streams.put(key, s);
         s
     }
 
     /// The kernel `function` launches, if a dispatch has named it.
     #[inline]
     fn function(&mut self, function: u64) -> Option<NameId> {
-        if let Some(n) = self.recent_functions.get(function, function) {
+        if let Some(n) = self.recent_functions.get(function) {
             return Some(n);
         }
         let n = self.functions.get(&function).copied()?;
-        self.recent_functions.put(function, function, n);
+        self.recent_functions.put(function, n);
         Some(n)
     }
 
@@ -392,7 +405,7 @@ impl Decoder {
         if let Some(known) = self.function(function) {
             if known != name {
                 self.functions.insert(function, name);
-                self.recent_functions.put(function, function, name);
+                self.recent_functions.put(function, name);
             }
             return;
         }
@@ -458,19 +471,14 @@ impl Decoder {
     /// Maps one record. `kernel_name` looks a kernel id up in the code-object map; `call` gives
     /// what the API callback remembered of a correlation id's call (`External id`, stream,
     /// function). `None` for calls left out as noise (or held, see [`Decoder::take_released`]).
+    /// Goes through the record's queue words, as the live path does.
     pub fn decode(
         &mut self,
         raw: &Raw,
         kernel_name: impl FnOnce(u64) -> Option<String>,
         call: impl FnOnce(u64) -> Option<CallInfo>,
     ) -> Option<Activity> {
-        match *raw {
-            Raw::Api(r) => self.api(r),
-            Raw::Kernel(r) => Some(self.kernel(r, kernel_name, call)),
-            Raw::Copy(r) => Some(self.copy(r, call)),
-            Raw::Op(r) => Some(self.op(r, call)),
-            Raw::Memory(r) => Some(self.memory(r, call)),
-        }
+        self.decode_words(&raw.to_words(), kernel_name, call)
     }
 
     /// [`Decoder::decode`] of a queue slot's words, read field by field: no [`Raw`] is built on
@@ -566,7 +574,7 @@ impl Decoder {
             grid,
             group_segment,
         } = r;
-        let (name, fill) = if let Some(k) = self.recent_kernels.get(kernel_id, kernel_id) {
+        let (name, fill) = if let Some(k) = self.recent_kernels.get(kernel_id) {
             k
         } else {
             let (n, fill) = match self.kernels.get(&kernel_id) {
@@ -582,7 +590,7 @@ impl Decoder {
                 },
             };
             if n != self.unknown_kernel {
-                self.recent_kernels.put(kernel_id, kernel_id, (n, fill));
+                self.recent_kernels.put(kernel_id, (n, fill));
             }
             (n, fill)
         };

@@ -284,7 +284,7 @@ fn work_groups_cover_the_grid() {
 }
 
 #[test]
-fn words_decode_as_the_record_they_hold() {
+fn the_drain_maps_the_queue_as_records_map_one_by_one() {
     let records = [
         Raw::Api(ApiRec {
             operation: 214,
@@ -356,29 +356,55 @@ fn words_decode_as_the_record_they_hold() {
             bytes: 1 << 30,
         }),
     ];
-    let call = |c: u64| {
-        Some(CallInfo {
-            external: 40 + c,
-            stream: Some(0x5555),
-            function: Some(0xf1),
-            bytes: None,
-        })
-    };
-    let (mut by_record, mut by_words) = (decoder(), decoder());
-    for r in &records {
-        let a = by_record.decode(r, |_| Some("gemm".into()), call);
-        let b = by_words.decode_words(&r.to_words(), |_| Some("gemm".into()), call);
-        assert_eq!(a, b, "{r:?}");
+    let external = crate::external::ExternalIds::new();
+    for c in 1..=6 {
+        external.set_call(
+            c,
+            CallInfo {
+                external: 40 + c,
+                stream: Some(0x5555),
+                function: Some(0xf1),
+                bytes: None,
+            },
+        );
     }
-    // The first launch was held until its dispatch named the kernel, on both paths.
-    let (mut x, mut y) = (Vec::new(), Vec::new());
-    by_record.take_released(true, &mut |a| x.push(*a));
-    by_words.take_released(true, &mut |a| y.push(*a));
-    assert_eq!((x.len(), &x), (1, &y));
-    assert_eq!(
-        by_words.decode_words(&[0; crate::queue::WORDS], |_| None, |_| None),
-        None
+    let names = |_| Some("gemm".to_owned());
+    // One record at a time, released launches handed over before the record that named them...
+    let mut d = decoder();
+    let mut one_by_one = Vec::new();
+    for r in &records {
+        let a = d.decode(r, names, |c| external.call(c));
+        d.take_released(false, &mut |a| one_by_one.push(*a));
+        one_by_one.extend(a);
+    }
+    d.take_released(true, &mut |a| one_by_one.push(*a));
+    // ...is what the collector's drain of the queue gives (a slot no producer wrote is skipped).
+    let queue = crate::queue::Queue::new(16);
+    for r in &records[..3] {
+        assert!(queue.push(&r.to_words()));
+    }
+    assert!(queue.push(&[0; crate::queue::WORDS]));
+    for r in &records[3..] {
+        assert!(queue.push(&r.to_words()));
+    }
+    let mut d = decoder();
+    let mut drained = Vec::new();
+    drain(&queue, &mut d, names, &external, &mut |a| drained.push(*a));
+    d.take_released(true, &mut |a| drained.push(*a));
+    assert_eq!(drained, one_by_one);
+    // Every record mapped once; the first launch waited for its dispatch and comes right before it.
+    assert_eq!(drained.len(), records.len());
+    assert!(
+        matches!(drained[0].detail, Detail::Runtime(_)),
+        "{:?}",
+        drained[0]
     );
+    assert!(
+        matches!(drained[1].detail, Detail::Kernel(_)),
+        "{:?}",
+        drained[1]
+    );
+    assert_eq!(drained[1].external_id, Some(41));
 }
 
 #[test]
