@@ -7,10 +7,12 @@ with sub-µs fractions (which HTA rounds inward, down to −1 µs for the shorte
 ranks. HTA's `TraceDiff.compare_traces` and `ops_diff` run on the same directories, and for every
 name the counts, the total durations (on HTA's rounded clock) and the category must be equal.
 
-Every row is inside a `ProfilerStep` (GPU rows through their launch), because HTA's `TraceDiff`
-only counts rows of the iterations it is given: HTA is given all of them, kinetrace counts all
-steps by default. `--step N` is compared with HTA's `iteration=N`. HTA compares one rank per call
-(`control_rank` / `test_rank`); kinetrace compares every rank both sides have.
+HTA's `TraceDiff` only counts rows of the iterations it is given, by its `add_iteration` rule,
+which kinetrace follows: HTA is given all of them where kinetrace counts all steps (its default),
+`--step N` is compared with HTA's `iteration=N` and `--step first` with HTA's defaults. HTA
+compares one rank per call (`control_rank` / `test_rank`); kinetrace compares every rank both
+sides have. A CUDA-graph / torch.compile pair checks the step rule case by case, and the real
+traces of `../shared/traces` are checked too.
 
 The binary: `KINETRACE_BIN`, else `cargo build --release -p kinetrace-cli` is run and its output
 used.

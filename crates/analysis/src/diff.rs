@@ -305,16 +305,20 @@ impl Acc {
 /// Totals by the reader's name id.
 type ByName = FastMap<u32, Acc>;
 
-/// One step of a file: totals by name, and the host `ProfilerStep` span (ns) when there is one.
-type StepTotals = (ByName, Option<i64>);
-
-/// One trace file reduced to per-step, per-name totals.
+/// One trace file reduced to the per-name totals the chosen steps need.
 struct FileSummary {
     rank: i64,
     /// Name text and kind (from the first `cat` seen) by the reader's string id.
     names: FastMap<u32, (String, &'static str)>,
-    /// Per step number.
-    steps: BTreeMap<i64, StepTotals>,
+    /// Every step number of the file, with its host `ProfilerStep` span (ns) when it has one
+    /// (a step seen only GPU-side has none).
+    spans: BTreeMap<i64, Option<i64>>,
+    /// The rows of the steps kept: every step ([`StepChoice::All`]), the file's first step
+    /// ([`StepChoice::First`]; a side's first step is the first of the files that have it) or
+    /// step N.
+    kept: ByName,
+    /// The step kept, when one is.
+    kept_step: Option<i64>,
     /// Rows in no step (every row when the file has no steps).
     no_step: ByName,
     has_steps: bool,
@@ -333,7 +337,7 @@ fn kind_of(cat: &str) -> &'static str {
     }
 }
 
-fn summarize_file(source: &TraceSource) -> Result<FileSummary, FileProblem> {
+fn summarize_file(source: &TraceSource, choice: StepChoice) -> Result<FileSummary, FileProblem> {
     let (rows, rank, _) = read_rank(source)?;
     let it = iterations(&rows);
     // Per string: its step number (names) and whether it is a host step's `cat`.
@@ -344,15 +348,11 @@ fn summarize_file(source: &TraceSource) -> Result<FileSummary, FileProblem> {
         .map(|t| matches!(&**t, "user_annotation" | "cpu_op" | "Operator"))
         .collect();
     let mut first_cat: Vec<u32> = vec![u32::MAX; rows.strings.len()];
-    // Steps in a dense vector while reading; consecutive rows mostly share one.
+    let mut spans: BTreeMap<i64, Option<i64>> = BTreeMap::new();
+    // Per step while reading (the file's first step is known only at the end); consecutive rows
+    // mostly share one, so the last step's slot is remembered.
     let mut index: FastMap<i64, usize> = FastMap::default();
-    let mut steps: Vec<(i64, StepTotals)> = Vec::new();
-    let mut slot = |n: i64, steps: &mut Vec<(i64, StepTotals)>| -> usize {
-        *index.entry(n).or_insert_with(|| {
-            steps.push((n, (ByName::default(), None)));
-            steps.len() - 1
-        })
-    };
+    let mut steps: Vec<(i64, ByName)> = Vec::new();
     let mut no_step = ByName::default();
     let mut last: Option<(i64, usize)> = None;
     for (r, step) in rows.rows.iter().zip(&it.of_row) {
@@ -362,8 +362,7 @@ fn summarize_file(source: &TraceSource) -> Result<FileSummary, FileProblem> {
         }
         if let Some(n) = number[name] {
             // The step's span: its first host `ProfilerStep` row (not the GPU-side copy).
-            let k = slot(n, &mut steps);
-            let span = &mut steps[k].1 .1;
+            let span = spans.entry(n).or_default();
             if host_cat[r.cat as usize] && span.is_none() {
                 *span = Some(r.dur);
             }
@@ -372,10 +371,13 @@ fn summarize_file(source: &TraceSource) -> Result<FileSummary, FileProblem> {
             Some(n) => {
                 let k = match last {
                     Some((m, k)) if m == n => k,
-                    _ => slot(n, &mut steps),
+                    _ => *index.entry(n).or_insert_with(|| {
+                        steps.push((n, ByName::default()));
+                        steps.len() - 1
+                    }),
                 };
                 last = Some((n, k));
-                &mut steps[k].1 .0
+                &mut steps[k].1
             }
             None => &mut no_step,
         };
@@ -383,6 +385,19 @@ fn summarize_file(source: &TraceSource) -> Result<FileSummary, FileProblem> {
             count: 1,
             dur_ns: r.hdur,
         });
+    }
+    let kept_step = match choice {
+        StepChoice::All => None,
+        StepChoice::First => spans.keys().next().copied(),
+        StepChoice::Number(n) => spans.contains_key(&n).then_some(n),
+    };
+    let mut kept = ByName::default();
+    for (n, names) in steps {
+        if kept_step.is_none_or(|k| k == n) {
+            for (id, a) in names {
+                kept.entry(id).or_default().add(a);
+            }
+        }
     }
     let names = first_cat
         .iter()
@@ -396,7 +411,9 @@ fn summarize_file(source: &TraceSource) -> Result<FileSummary, FileProblem> {
     Ok(FileSummary {
         rank,
         names,
-        steps: steps.into_iter().collect(),
+        spans,
+        kept,
+        kept_step,
         no_step,
         has_steps: it.has_steps,
     })
@@ -432,29 +449,32 @@ impl Side {
     fn of(files: &[&FileSummary], pick: Pick) -> Side {
         let mut side = Side::default();
         for f in files {
-            let chosen: Vec<&StepTotals> = match pick {
-                Pick::Whole | Pick::AllSteps => f.steps.values().collect(),
-                Pick::One(n) => n.and_then(|n| f.steps.get(&n)).into_iter().collect(),
-            };
-            let mut by_id = ByName::default();
-            for (names, span) in &chosen {
-                for (id, a) in names {
-                    by_id.entry(*id).or_default().add(*a);
-                }
+            let mut count_step = |span: Option<i64>| {
                 side.steps += 1;
                 if let Some(ns) = span {
                     side.timed_steps += 1;
                     side.step_ns += ns;
                 }
-            }
+            };
+            let mut by_id = ByName::default();
+            let mut take = |m: &ByName| {
+                for (id, a) in m {
+                    by_id.entry(*id).or_default().add(*a);
+                }
+            };
             match pick {
-                Pick::Whole => {
-                    for (id, a) in &f.no_step {
-                        by_id.entry(*id).or_default().add(*a);
+                Pick::Whole | Pick::AllSteps => {
+                    f.spans.values().for_each(|&span| count_step(span));
+                    take(&f.kept);
+                    if pick == Pick::Whole {
+                        take(&f.no_step);
+                    } else {
+                        side.in_no_step += f.no_step.values().map(|a| a.count).sum::<u64>();
                     }
                 }
-                Pick::AllSteps => {
-                    side.in_no_step += f.no_step.values().map(|a| a.count).sum::<u64>();
+                Pick::One(Some(n)) if f.kept_step == Some(n) => {
+                    count_step(f.spans.get(&n).copied().flatten());
+                    take(&f.kept);
                 }
                 Pick::One(_) => {}
             }
@@ -671,7 +691,7 @@ pub fn diff(
 fn first_step<'a>(files: impl IntoIterator<Item = &'a FileSummary>) -> Option<i64> {
     files
         .into_iter()
-        .filter_map(|f| f.steps.keys().next().copied())
+        .filter_map(|f| f.spans.keys().next().copied())
         .min()
 }
 
@@ -727,7 +747,9 @@ pub fn diff_sources(
     opts: &DiffOptions,
     progress: &(dyn Fn(&Progress<'_>) + Sync),
 ) -> DiffReport {
-    let results = map_sources(sources, opts.jobs, progress, &summarize_file);
+    let results = map_sources(sources, opts.jobs, progress, &|s| {
+        summarize_file(s, opts.step)
+    });
     let mut sides: [BTreeMap<i64, Vec<FileSummary>>; 2] = [BTreeMap::new(), BTreeMap::new()];
     let mut files: [Vec<PathBuf>; 2] = [Vec::new(), Vec::new()];
     for (i, (r, s)) in results.into_iter().zip(sources).enumerate() {
@@ -824,6 +846,14 @@ pub fn scope(c: &Comparison) -> String {
         ),
         (Selection::Step, _) => step(c.base_step),
     };
+    if matches!(c.selection, Selection::Step | Selection::FirstStep) {
+        match (c.base_steps, c.new_steps) {
+            (0, 0) => s.push_str(" (on neither side)"),
+            (0, _) => s.push_str(" (not on the base side)"),
+            (_, 0) => s.push_str(" (not on the new side)"),
+            _ => {}
+        }
+    }
     let left_out = c.base_rows_in_no_step + c.new_rows_in_no_step;
     if left_out > 0 {
         s.push_str(&format!(

@@ -184,6 +184,17 @@ fn ranks_are_matched_or_pooled_and_steps_chosen() {
     );
     assert_eq!(c.base_steps, 1);
     assert!(c.rows.iter().all(|r| r.name != "ProfilerStep#5"));
+    assert_eq!(scope(c), "ProfilerStep#6");
+    // A step one side lacks: said so.
+    let r = run(
+        base(),
+        new(),
+        &DiffOptions {
+            step: StepChoice::Number(9),
+            ..DiffOptions::default()
+        },
+    );
+    assert_eq!(scope(&r.comparisons[0]), "ProfilerStep#9 (on neither side)");
 }
 
 #[test]
