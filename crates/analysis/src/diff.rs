@@ -518,7 +518,8 @@ impl Side {
     }
 }
 
-/// What a comparison is of: its selection, the step compared on each side, and the basis.
+/// What a comparison is of: its selection, the step compared on each side, and the time
+/// threshold.
 struct Frame {
     selection: Selection,
     base_step: Option<i64>,
