@@ -233,7 +233,7 @@ fn doctor_reports_findings_with_exit_code_0() {
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["schema_version"], 2);
+    assert_eq!(v["schema_version"], 1);
     assert_eq!(v["ranks"][0]["steps"], 3);
     let f = &v["findings"][0];
     assert_eq!(f["rule"], "sync-in-step");
