@@ -1,40 +1,82 @@
 //! `kinetrace diff`: what changed between two runs, name by name, in HolisticTraceAnalysis'
-//! `TraceDiff` terms.
+//! `TraceDiff` terms, plus how the time changed.
 //!
 //! Each side is one or more trace files. Every row HTA keeps (events with `dur` and `cat`) is
 //! grouped by its `name` (across `cat`s, as `TraceDiff.compare_traces` groups by name), with its
 //! count and total duration on HTA's clock (float timestamps rounded inward to whole µs, as HTA
-//! does), so the numbers can be checked against HTA. A name's category is `TraceDiff.ops_diff`'s:
-//! added, deleted, increased, decreased or unchanged in count.
+//! does), so the numbers can be checked against HTA. A name's count category is
+//! `TraceDiff.ops_diff`'s (added, deleted, increased, decreased or unchanged in count); its time
+//! category says the same of its time, with a threshold.
 //!
-//! Ranks are compared rank by rank (the ranks both sides have), or pooled into one comparison.
-//! Unlike HTA's default (the first rank and its first iteration), every step of the traces counts
-//! unless one step is chosen.
+//! Rows are given steps by HTA's rule ([`crate::iteration`]). By default every step of both sides
+//! counts, HTA's `compare_traces` given all iterations; `--step first` is HTA's own default (each
+//! side's first step), `--step N` one step. When the sides have different numbers of steps, the
+//! comparison is of per-step means. Ranks are compared rank by rank (the ranks both sides have),
+//! or pooled into one comparison.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::doctor::context::Ctx;
+use crate::fastmap::FastMap;
+use crate::iteration::iterations;
 use crate::load::{map_sources, read_rank, FileProblem, Progress, TraceSource};
+use crate::steps::step_number;
 use crate::units::{fmt_us, Num, Us};
 
 /// Version of the `--json` layout.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// Default time threshold: a name's time within ±5 % of the base is unchanged.
+pub const DEFAULT_TIME_THRESHOLD: f64 = 0.05;
+
+/// Changes of time below this (µs, on the comparison's basis) are unchanged whatever the share:
+/// HTA's clock has whole µs.
+pub const TIME_FLOOR_US: f64 = 1.0;
+
+/// The name under which per-step means put every `ProfilerStep#N` row (each step's name occurs
+/// once, so it has no per-step mean of its own).
+pub const STEPS_NAME: &str = "ProfilerStep#*";
+
+/// Which steps are compared.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StepChoice {
+    /// Every step of each side (the whole traces when a side has no steps).
+    #[default]
+    All,
+    /// Each side's first step (the smallest `ProfilerStep` number of the side), HTA's default.
+    First,
+    /// This `ProfilerStep` number on both sides.
+    Number(i64),
+}
 
 /// Options of a diff.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct DiffOptions {
     /// Worker threads (0: one per CPU).
     pub jobs: usize,
     /// Pool all ranks of each side into one comparison.
     pub pool: bool,
-    /// Only rows of this `ProfilerStep` number (kernels by the step of their launch).
-    pub step: Option<i64>,
+    /// The steps compared.
+    pub step: StepChoice,
+    /// A time change within this share of the base time (or under [`TIME_FLOOR_US`]) is
+    /// "unchanged".
+    pub time_threshold: f64,
 }
 
-/// HTA `ops_diff`'s category of a name.
+impl Default for DiffOptions {
+    fn default() -> Self {
+        DiffOptions {
+            jobs: 0,
+            pool: false,
+            step: StepChoice::All,
+            time_threshold: DEFAULT_TIME_THRESHOLD,
+        }
+    }
+}
+
+/// A category of change: HTA `ops_diff`'s by count, and the same names by time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Change {
@@ -42,11 +84,11 @@ pub enum Change {
     Added,
     /// Only in the base trace.
     Deleted,
-    /// In both, more often in the new one.
+    /// In both, more (more often, or longer) in the new one.
     Increased,
-    /// In both, less often in the new one.
+    /// In both, less in the new one.
     Decreased,
-    /// In both, as often.
+    /// In both, the same (by time: within the threshold).
     Unchanged,
 }
 
@@ -62,19 +104,68 @@ impl Change {
         }
     }
 
-    fn of(base: u64, new: u64) -> Change {
+    /// By count: `base_count × new_steps` against `new_count × base_steps`, so per-step means
+    /// are compared exactly (with equal steps, HTA's comparison of the counts).
+    fn by_count(base: u64, new: u64, base_steps: u64, new_steps: u64) -> Change {
+        let (b, n) = (
+            u128::from(base) * u128::from(new_steps),
+            u128::from(new) * u128::from(base_steps),
+        );
         match (base, new) {
             (0, _) => Change::Added,
             (_, 0) => Change::Deleted,
-            (b, n) if n > b => Change::Increased,
-            (b, n) if n < b => Change::Decreased,
+            _ if n > b => Change::Increased,
+            _ if n < b => Change::Decreased,
             _ => Change::Unchanged,
+        }
+    }
+
+    /// By time (µs on the comparison's basis): unchanged within `threshold` of the base or
+    /// [`TIME_FLOOR_US`].
+    fn by_time(present: (bool, bool), base_us: f64, new_us: f64, threshold: f64) -> Change {
+        match present {
+            (false, _) => Change::Added,
+            (_, false) => Change::Deleted,
+            _ => {
+                let d = new_us - base_us;
+                if d.abs() <= (threshold * base_us.abs()).max(TIME_FLOOR_US) {
+                    Change::Unchanged
+                } else if d > 0.0 {
+                    Change::Increased
+                } else {
+                    Change::Decreased
+                }
+            }
         }
     }
 }
 
+/// Which rows a comparison counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Selection {
+    /// Every row: a side has no `ProfilerStep`.
+    WholeTrace,
+    /// The rows of every step.
+    AllSteps,
+    /// Each side's first step.
+    FirstStep,
+    /// One step number.
+    Step,
+}
+
+/// What the per-name numbers of a comparison are compared on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Basis {
+    /// Totals (the sides have as many steps, or no steps).
+    Totals,
+    /// Means per step: the sides have different numbers of steps.
+    PerStepMean,
+}
+
 /// One name in both traces. The `control_*`/`test_*`/`diff_*`/`counts_change_categories` fields
-/// are HTA `compare_traces`' columns (base = control, new = test).
+/// are HTA `compare_traces`' columns (base = control, new = test), always from totals.
 #[derive(Clone, Debug, Serialize)]
 pub struct DiffRow {
     /// The event name.
@@ -96,8 +187,21 @@ pub struct DiffRow {
     pub diff_duration: Us,
     /// `+`, `-` or `=` by count, as HTA.
     pub counts_change_categories: &'static str,
-    /// HTA `ops_diff`'s category.
+    /// HTA `ops_diff`'s category (on per-step mean counts when the basis is per step).
     pub category: Change,
+    /// Count per step of the base side (`null` without steps).
+    pub control_counts_per_step: Option<f64>,
+    /// Count per step of the new side.
+    pub test_counts_per_step: Option<f64>,
+    /// Duration per step of the base side.
+    pub control_duration_per_step: Option<Us>,
+    /// Duration per step of the new side.
+    pub test_duration_per_step: Option<Us>,
+    /// Time change on the comparison's basis, as a share of the base time (`null` when the base
+    /// time is 0).
+    pub time_change_share: Num,
+    /// Category by time on the comparison's basis (see [`DiffOptions::time_threshold`]).
+    pub time_category: Change,
 }
 
 /// The duration change of one kind of event.
@@ -111,6 +215,10 @@ pub struct KindChange {
     pub new_us: Us,
     /// The difference.
     pub diff_us: Us,
+    /// Per step of the base side (`null` without steps).
+    pub base_per_step_us: Option<Us>,
+    /// Per step of the new side.
+    pub new_per_step_us: Option<Us>,
 }
 
 /// One comparison: a rank against the same rank, or all ranks pooled.
@@ -120,10 +228,22 @@ pub struct Comparison {
     pub base_rank: Option<i64>,
     /// The new side's rank (`null` when pooled).
     pub new_rank: Option<i64>,
+    /// Which rows are counted.
+    pub selection: Selection,
+    /// What rows are compared on.
+    pub basis: Basis,
+    /// The base step compared, when one step is.
+    pub base_step: Option<i64>,
+    /// The new step compared, when one step is.
+    pub new_step: Option<i64>,
     /// `ProfilerStep`s counted on the base side.
     pub base_steps: usize,
     /// `ProfilerStep`s counted on the new side.
     pub new_steps: usize,
+    /// Rows of the base side in no step by HTA's rule, left out (with all steps selected).
+    pub base_rows_in_no_step: u64,
+    /// The same on the new side.
+    pub new_rows_in_no_step: u64,
     /// Mean step time on the base side (`null` without steps).
     pub base_mean_step_us: Option<Us>,
     /// Mean step time on the new side.
@@ -132,13 +252,19 @@ pub struct Comparison {
     pub step_time_diff_us: Option<Us>,
     /// Its share of the base step time.
     pub step_time_diff_share: Option<Num>,
+    /// The mean step time by time category (`null` without steps on both sides).
+    pub step_time_category: Option<Change>,
+    /// The time threshold used (a share of the base time).
+    pub time_threshold: f64,
     /// Duration change per kind, largest absolute change first. Kernels, copies and sets add up
     /// GPU time; ops and annotations nest, so their totals count nested time more than once.
     pub by_kind: Vec<KindChange>,
-    /// Every name, largest absolute duration change first.
+    /// Every name, largest absolute duration change (on the basis) first.
     pub rows: Vec<DiffRow>,
-    /// Names per category, as HTA `ops_diff` returns them (sorted by name).
+    /// Names per count category, as HTA `ops_diff` returns them (sorted by name).
     pub ops_diff: BTreeMap<Change, Vec<String>>,
+    /// Names per time category (sorted by name).
+    pub time_diff: BTreeMap<Change, Vec<String>>,
 }
 
 /// Everything `kinetrace diff` reports.
@@ -163,38 +289,39 @@ impl DiffReport {
     }
 }
 
-#[derive(Clone, Default)]
-struct NameAcc {
-    kind: &'static str,
+#[derive(Clone, Copy, Default)]
+struct Acc {
     count: u64,
     dur_ns: i64,
 }
 
-/// One rank (or several, pooled) reduced to per-name totals.
-#[derive(Clone, Default)]
-struct Side {
-    names: HashMap<String, NameAcc>,
-    steps: usize,
-    step_ns: i64,
+impl Acc {
+    fn add(&mut self, o: Acc) {
+        self.count += o.count;
+        self.dur_ns += o.dur_ns;
+    }
 }
 
-impl Side {
-    fn add(&mut self, other: Side) {
-        for (k, v) in other.names {
-            let e = self.names.entry(k).or_insert_with(|| NameAcc {
-                kind: v.kind,
-                ..NameAcc::default()
-            });
-            e.count += v.count;
-            e.dur_ns += v.dur_ns;
-        }
-        self.steps += other.steps;
-        self.step_ns += other.step_ns;
-    }
+/// Totals by the reader's name id.
+type ByName = FastMap<u32, Acc>;
 
-    fn mean_step_ns(&self) -> Option<f64> {
-        (self.steps > 0).then(|| self.step_ns as f64 / self.steps as f64)
-    }
+/// One trace file reduced to the per-name totals the chosen steps need.
+struct FileSummary {
+    rank: i64,
+    /// Name text and kind (from the first `cat` seen) by the reader's string id.
+    names: FastMap<u32, (String, &'static str)>,
+    /// Every step number of the file, with its host `ProfilerStep` span (ns) when it has one
+    /// (a step seen only GPU-side has none).
+    spans: BTreeMap<i64, Option<i64>>,
+    /// The rows of the steps kept: every step ([`StepChoice::All`]), the file's first step
+    /// ([`StepChoice::First`]; a side's first step is the first of the files that have it) or
+    /// step N.
+    kept: ByName,
+    /// The step kept, when one is.
+    kept_step: Option<i64>,
+    /// Rows in no step (every row when the file has no steps).
+    no_step: ByName,
+    has_steps: bool,
 }
 
 fn kind_of(cat: &str) -> &'static str {
@@ -210,64 +337,241 @@ fn kind_of(cat: &str) -> &'static str {
     }
 }
 
-fn summarize_side(source: &TraceSource, step: Option<i64>) -> Result<(i64, Side), FileProblem> {
+fn summarize_file(source: &TraceSource, choice: StepChoice) -> Result<FileSummary, FileProblem> {
     let (rows, rank, _) = read_rank(source)?;
-    let ctx = Ctx::new(&rows, rank);
-    let wanted = |i: usize| -> bool {
-        match step {
-            None => true,
-            Some(n) => ctx
-                .window_of(i)
-                .is_some_and(|w| ctx.has_steps && ctx.windows[w].number == n),
+    let it = iterations(&rows);
+    // Per string: its step number (names) and whether it is a host step's `cat`.
+    let number: Vec<Option<i64>> = rows.strings.iter().map(|t| step_number(t)).collect();
+    let host_cat: Vec<bool> = rows
+        .strings
+        .iter()
+        .map(|t| matches!(&**t, "user_annotation" | "cpu_op" | "Operator"))
+        .collect();
+    let mut first_cat: Vec<u32> = vec![u32::MAX; rows.strings.len()];
+    let mut spans: BTreeMap<i64, Option<i64>> = BTreeMap::new();
+    // Per step while reading (the file's first step is known only at the end); consecutive rows
+    // mostly share one, so the last step's slot is remembered.
+    let mut index: FastMap<i64, usize> = FastMap::default();
+    let mut steps: Vec<(i64, ByName)> = Vec::new();
+    let mut no_step = ByName::default();
+    let mut last: Option<(i64, usize)> = None;
+    for (r, step) in rows.rows.iter().zip(&it.of_row) {
+        let name = r.name as usize;
+        if first_cat[name] == u32::MAX {
+            first_cat[name] = r.cat;
         }
-    };
-    let mut by_id: HashMap<u32, NameAcc> = HashMap::new();
-    for (i, r) in rows.rows.iter().enumerate() {
-        if !wanted(i) {
-            continue;
+        if let Some(n) = number[name] {
+            // The step's span: its first host `ProfilerStep` row (not the GPU-side copy).
+            let span = spans.entry(n).or_default();
+            if host_cat[r.cat as usize] && span.is_none() {
+                *span = Some(r.dur);
+            }
         }
-        let e = by_id.entry(r.name).or_insert_with(|| NameAcc {
-            kind: kind_of(rows.str(r.cat)),
-            ..NameAcc::default()
+        let bucket = match *step {
+            Some(n) => {
+                let k = match last {
+                    Some((m, k)) if m == n => k,
+                    _ => *index.entry(n).or_insert_with(|| {
+                        steps.push((n, ByName::default()));
+                        steps.len() - 1
+                    }),
+                };
+                last = Some((n, k));
+                &mut steps[k].1
+            }
+            None => &mut no_step,
+        };
+        bucket.entry(r.name).or_default().add(Acc {
+            count: 1,
+            dur_ns: r.hdur,
         });
-        e.count += 1;
-        e.dur_ns += r.hdur;
     }
-    let mut side = Side::default();
-    for (id, acc) in by_id {
-        side.names.insert(rows.str(id).to_owned(), acc);
-    }
-    if ctx.has_steps {
-        for w in ctx
-            .windows
-            .iter()
-            .filter(|w| step.is_none_or(|n| w.number == n))
-        {
-            side.steps += 1;
-            side.step_ns += w.len();
+    let kept_step = match choice {
+        StepChoice::All => None,
+        StepChoice::First => spans.keys().next().copied(),
+        StepChoice::Number(n) => spans.contains_key(&n).then_some(n),
+    };
+    let mut kept = ByName::default();
+    for (n, names) in steps {
+        if kept_step.is_none_or(|k| k == n) {
+            for (id, a) in names {
+                kept.entry(id).or_default().add(a);
+            }
         }
     }
-    Ok((rank, side))
+    let names = first_cat
+        .iter()
+        .enumerate()
+        .filter(|(_, &cat)| cat != u32::MAX)
+        .map(|(id, &cat)| {
+            let id = id as u32;
+            (id, (rows.str(id).to_owned(), kind_of(rows.str(cat))))
+        })
+        .collect();
+    Ok(FileSummary {
+        rank,
+        names,
+        spans,
+        kept,
+        kept_step,
+        no_step,
+        has_steps: it.has_steps,
+    })
 }
 
-fn compare(base: &Side, new: &Side, base_rank: Option<i64>, new_rank: Option<i64>) -> Comparison {
+/// Which rows of a file make a side.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pick {
+    Whole,
+    AllSteps,
+    /// One step number (`None`: the side has no step, so nothing).
+    One(Option<i64>),
+}
+
+#[derive(Clone, Default)]
+struct NameAcc {
+    kind: &'static str,
+    count: u64,
+    dur_ns: i64,
+}
+
+/// One rank (or several, pooled) reduced to per-name totals of the rows picked.
+#[derive(Clone, Default)]
+struct Side {
+    names: HashMap<String, NameAcc>,
+    steps: usize,
+    timed_steps: usize,
+    step_ns: i64,
+    in_no_step: u64,
+}
+
+impl Side {
+    fn of(files: &[&FileSummary], pick: Pick) -> Side {
+        let mut side = Side::default();
+        for f in files {
+            let mut count_step = |span: Option<i64>| {
+                side.steps += 1;
+                if let Some(ns) = span {
+                    side.timed_steps += 1;
+                    side.step_ns += ns;
+                }
+            };
+            let mut by_id = ByName::default();
+            let mut take = |m: &ByName| {
+                for (id, a) in m {
+                    by_id.entry(*id).or_default().add(*a);
+                }
+            };
+            match pick {
+                Pick::Whole | Pick::AllSteps => {
+                    f.spans.values().for_each(|&span| count_step(span));
+                    take(&f.kept);
+                    if pick == Pick::Whole {
+                        take(&f.no_step);
+                    } else {
+                        side.in_no_step += f.no_step.values().map(|a| a.count).sum::<u64>();
+                    }
+                }
+                Pick::One(Some(n)) if f.kept_step == Some(n) => {
+                    count_step(f.spans.get(&n).copied().flatten());
+                    take(&f.kept);
+                }
+                Pick::One(_) => {}
+            }
+            for (id, a) in by_id {
+                let (name, kind) = &f.names[&id];
+                let e = side.names.entry(name.clone()).or_insert_with(|| NameAcc {
+                    kind,
+                    ..NameAcc::default()
+                });
+                e.count += a.count;
+                e.dur_ns += a.dur_ns;
+            }
+        }
+        side
+    }
+
+    fn mean_step_ns(&self) -> Option<f64> {
+        (self.timed_steps > 0).then(|| self.step_ns as f64 / self.timed_steps as f64)
+    }
+
+    /// Every `ProfilerStep#N` row under [`STEPS_NAME`].
+    fn fold_steps(&mut self) {
+        let steps: Vec<String> = self
+            .names
+            .keys()
+            .filter(|n| step_number(n).is_some())
+            .cloned()
+            .collect();
+        for n in steps {
+            let a = self.names.remove(&n).expect("listed");
+            let e = self
+                .names
+                .entry(STEPS_NAME.to_owned())
+                .or_insert_with(|| NameAcc {
+                    kind: a.kind,
+                    ..NameAcc::default()
+                });
+            e.count += a.count;
+            e.dur_ns += a.dur_ns;
+        }
+    }
+}
+
+/// What a comparison is of: its selection, the step compared on each side, and the time
+/// threshold.
+struct Frame {
+    selection: Selection,
+    base_step: Option<i64>,
+    new_step: Option<i64>,
+    threshold: f64,
+}
+
+fn per_step(total: f64, steps: usize) -> Option<f64> {
+    (steps > 0).then(|| total / steps as f64)
+}
+
+fn compare(
+    mut base: Side,
+    mut new: Side,
+    ranks: (Option<i64>, Option<i64>),
+    frame: &Frame,
+) -> Comparison {
+    let basis = if frame.selection == Selection::AllSteps && base.steps != new.steps {
+        base.fold_steps();
+        new.fold_steps();
+        Basis::PerStepMean
+    } else {
+        Basis::Totals
+    };
+    // Divisors of the basis: 1 for totals.
+    let (bdiv, ndiv) = match basis {
+        Basis::Totals => (1.0, 1.0),
+        Basis::PerStepMean => (base.steps as f64, new.steps as f64),
+    };
+    let (bsteps, nsteps) = match basis {
+        Basis::Totals => (1, 1),
+        Basis::PerStepMean => (base.steps as u64, new.steps as u64),
+    };
     let mut names: Vec<&String> = base.names.keys().chain(new.names.keys()).collect();
     names.sort();
     names.dedup();
     let empty = NameAcc::default();
-    let mut rows: Vec<DiffRow> = names
+    let mut rows: Vec<(f64, DiffRow)> = names
         .into_iter()
         .map(|name| {
             let b = base.names.get(name).unwrap_or(&empty);
             let n = new.names.get(name).unwrap_or(&empty);
+            let (bt, nt) = (Us::from_ns(b.dur_ns).0, Us::from_ns(n.dur_ns).0);
+            let (bb, nb) = (bt / bdiv, nt / ndiv);
             let diff_counts = n.count as i64 - b.count as i64;
-            DiffRow {
+            let row = DiffRow {
                 name: name.clone(),
                 kind: if b.count > 0 { b.kind } else { n.kind },
                 control_counts: b.count,
                 test_counts: n.count,
-                control_total_duration: Us::from_ns(b.dur_ns),
-                test_total_duration: Us::from_ns(n.dur_ns),
+                control_total_duration: Us(bt),
+                test_total_duration: Us(nt),
                 diff_counts,
                 diff_duration: Us::from_ns(n.dur_ns - b.dur_ns),
                 counts_change_categories: match diff_counts {
@@ -275,19 +579,79 @@ fn compare(base: &Side, new: &Side, base_rank: Option<i64>, new_rank: Option<i64
                     d if d < 0 => "-",
                     _ => "=",
                 },
-                category: Change::of(b.count, n.count),
-            }
+                category: Change::by_count(b.count, n.count, bsteps, nsteps),
+                control_counts_per_step: per_step(b.count as f64, base.steps),
+                test_counts_per_step: per_step(n.count as f64, new.steps),
+                control_duration_per_step: per_step(bt, base.steps).map(Us),
+                test_duration_per_step: per_step(nt, new.steps).map(Us),
+                time_change_share: Num::ratio(nb - bb, bb),
+                time_category: Change::by_time((b.count > 0, n.count > 0), bb, nb, frame.threshold),
+            };
+            (nb - bb, row)
         })
         .collect();
-    rows.sort_by(|a, b| {
-        b.diff_duration
-            .0
-            .abs()
-            .total_cmp(&a.diff_duration.0.abs())
+    rows.sort_by(|(da, a), (db, b)| {
+        db.abs()
+            .total_cmp(&da.abs())
             .then_with(|| a.name.cmp(&b.name))
     });
-    // Every category is present, empty or not, as in HTA's `ops_diff`.
-    let mut ops_diff: BTreeMap<Change, Vec<String>> = [
+    let rows: Vec<DiffRow> = rows.into_iter().map(|(_, r)| r).collect();
+    let ops_diff = by_category(&rows, |r| r.category);
+    let time_diff = by_category(&rows, |r| r.time_category);
+    let mut kinds: BTreeMap<&'static str, (f64, f64)> = BTreeMap::new();
+    for r in &rows {
+        let k = kinds.entry(r.kind).or_default();
+        k.0 += r.control_total_duration.0;
+        k.1 += r.test_total_duration.0;
+    }
+    let mut by_kind: Vec<(f64, KindChange)> = kinds
+        .into_iter()
+        .map(|(kind, (b, n))| {
+            (
+                n / ndiv - b / bdiv,
+                KindChange {
+                    kind,
+                    base_us: Us(b),
+                    new_us: Us(n),
+                    diff_us: Us(n - b),
+                    base_per_step_us: per_step(b, base.steps).map(Us),
+                    new_per_step_us: per_step(n, new.steps).map(Us),
+                },
+            )
+        })
+        .collect();
+    by_kind.sort_by(|(a, _), (b, _)| b.abs().total_cmp(&a.abs()));
+    let (bm, nm) = (base.mean_step_ns(), new.mean_step_ns());
+    let diff = bm.zip(nm).map(|(b, n)| n - b);
+    Comparison {
+        base_rank: ranks.0,
+        new_rank: ranks.1,
+        selection: frame.selection,
+        basis,
+        base_step: frame.base_step,
+        new_step: frame.new_step,
+        base_steps: base.steps,
+        new_steps: new.steps,
+        base_rows_in_no_step: base.in_no_step,
+        new_rows_in_no_step: new.in_no_step,
+        base_mean_step_us: bm.map(|v| Us(v.round() / 1000.0)),
+        new_mean_step_us: nm.map(|v| Us(v.round() / 1000.0)),
+        step_time_diff_us: diff.map(|d| Us(d.round() / 1000.0)),
+        step_time_diff_share: diff.zip(bm).map(|(d, b)| Num::ratio(d, b)),
+        step_time_category: bm
+            .zip(nm)
+            .map(|(b, n)| Change::by_time((true, true), b / 1e3, n / 1e3, frame.threshold)),
+        time_threshold: frame.threshold,
+        by_kind: by_kind.into_iter().map(|(_, k)| k).collect(),
+        rows,
+        ops_diff,
+        time_diff,
+    }
+}
+
+/// Names per category; every category is present, empty or not, as in HTA's `ops_diff`.
+fn by_category(rows: &[DiffRow], of: impl Fn(&DiffRow) -> Change) -> BTreeMap<Change, Vec<String>> {
+    let mut m: BTreeMap<Change, Vec<String>> = [
         Change::Added,
         Change::Deleted,
         Change::Increased,
@@ -297,43 +661,13 @@ fn compare(base: &Side, new: &Side, base_rank: Option<i64>, new_rank: Option<i64
     .into_iter()
     .map(|c| (c, Vec::new()))
     .collect();
-    for r in &rows {
-        ops_diff.entry(r.category).or_default().push(r.name.clone());
+    for r in rows {
+        m.entry(of(r)).or_default().push(r.name.clone());
     }
-    for v in ops_diff.values_mut() {
+    for v in m.values_mut() {
         v.sort();
     }
-    let mut kinds: BTreeMap<&'static str, (f64, f64)> = BTreeMap::new();
-    for r in &rows {
-        let k = kinds.entry(r.kind).or_default();
-        k.0 += r.control_total_duration.0;
-        k.1 += r.test_total_duration.0;
-    }
-    let mut by_kind: Vec<KindChange> = kinds
-        .into_iter()
-        .map(|(kind, (b, n))| KindChange {
-            kind,
-            base_us: Us(b),
-            new_us: Us(n),
-            diff_us: Us(n - b),
-        })
-        .collect();
-    by_kind.sort_by(|a, b| b.diff_us.0.abs().total_cmp(&a.diff_us.0.abs()));
-    let (bm, nm) = (base.mean_step_ns(), new.mean_step_ns());
-    let diff = bm.zip(nm).map(|(b, n)| n - b);
-    Comparison {
-        base_rank,
-        new_rank,
-        base_steps: base.steps,
-        new_steps: new.steps,
-        base_mean_step_us: bm.map(|v| Us(v.round() / 1000.0)),
-        new_mean_step_us: nm.map(|v| Us(v.round() / 1000.0)),
-        step_time_diff_us: diff.map(|d| Us(d.round() / 1000.0)),
-        step_time_diff_share: diff.zip(bm).map(|(d, b)| Num::ratio(d, b)),
-        by_kind,
-        rows,
-        ops_diff,
-    }
+    m
 }
 
 /// Compares `base` with `new` (files, one rank each). `problems` from [`crate::discover`] on
@@ -354,6 +688,58 @@ pub fn diff(
     diff_sources(&sources, base.len(), problems, opts, progress)
 }
 
+/// The smallest step number of a side's files (HTA's first iteration of a trace directory).
+fn first_step<'a>(files: impl IntoIterator<Item = &'a FileSummary>) -> Option<i64> {
+    files
+        .into_iter()
+        .filter_map(|f| f.spans.keys().next().copied())
+        .min()
+}
+
+/// Compares the files of one comparison (a rank, or every rank pooled).
+fn compare_files(
+    base: &[&FileSummary],
+    new: &[&FileSummary],
+    ranks: (Option<i64>, Option<i64>),
+    first: (Option<i64>, Option<i64>),
+    opts: &DiffOptions,
+) -> Comparison {
+    let (selection, picks) = match opts.step {
+        StepChoice::All => {
+            if base.iter().chain(new).all(|f| f.has_steps) {
+                (Selection::AllSteps, (Pick::AllSteps, Pick::AllSteps))
+            } else {
+                (Selection::WholeTrace, (Pick::Whole, Pick::Whole))
+            }
+        }
+        StepChoice::First => (
+            Selection::FirstStep,
+            (Pick::One(first.0), Pick::One(first.1)),
+        ),
+        StepChoice::Number(n) => (Selection::Step, (Pick::One(Some(n)), Pick::One(Some(n)))),
+    };
+    let one = |p: Pick| match p {
+        Pick::One(n) => n,
+        _ => None,
+    };
+    let frame = Frame {
+        selection,
+        base_step: one(picks.0),
+        new_step: one(picks.1),
+        threshold: opts.time_threshold,
+    };
+    compare(
+        Side::of(base, picks.0),
+        Side::of(new, picks.1),
+        ranks,
+        &frame,
+    )
+}
+
+fn all_files(m: &BTreeMap<i64, Vec<FileSummary>>) -> Vec<&FileSummary> {
+    m.values().flatten().collect()
+}
+
 /// [`diff`] over files or in-memory traces: the first `n_base` sources are the base side.
 pub fn diff_sources(
     sources: &[TraceSource],
@@ -363,42 +749,54 @@ pub fn diff_sources(
     progress: &(dyn Fn(&Progress<'_>) + Sync),
 ) -> DiffReport {
     let results = map_sources(sources, opts.jobs, progress, &|s| {
-        summarize_side(s, opts.step)
+        summarize_file(s, opts.step)
     });
-    let mut sides: [BTreeMap<i64, Side>; 2] = [BTreeMap::new(), BTreeMap::new()];
+    let mut sides: [BTreeMap<i64, Vec<FileSummary>>; 2] = [BTreeMap::new(), BTreeMap::new()];
     let mut files: [Vec<PathBuf>; 2] = [Vec::new(), Vec::new()];
     for (i, (r, s)) in results.into_iter().zip(sources).enumerate() {
         let which = usize::from(i >= n_base);
         match r {
-            Ok((rank, side)) => {
+            Ok(summary) => {
                 files[which].push(s.path().to_owned());
-                sides[which].entry(rank).or_default().add(side);
+                sides[which].entry(summary.rank).or_default().push(summary);
             }
             Err(p) => problems.push(p),
         }
     }
     let mut comparisons = Vec::new();
     let [base, new] = &sides;
+    let first = (first_step(all_files(base)), first_step(all_files(new)));
     if base.is_empty() || new.is_empty() {
         // Nothing to compare; the problems say why.
     } else if opts.pool {
-        let pool = |m: &BTreeMap<i64, Side>| {
-            let mut all = Side::default();
-            for s in m.values() {
-                all.add(s.clone());
-            }
-            all
-        };
-        comparisons.push(compare(&pool(base), &pool(new), None, None));
+        comparisons.push(compare_files(
+            &all_files(base),
+            &all_files(new),
+            (None, None),
+            first,
+            opts,
+        ));
     } else if base.len() == 1 && new.len() == 1 {
         // One rank each: compare them whatever their numbers.
         let (br, bs) = base.iter().next().expect("one rank");
         let (nr, ns) = new.iter().next().expect("one rank");
-        comparisons.push(compare(bs, ns, Some(*br), Some(*nr)));
+        comparisons.push(compare_files(
+            &bs.iter().collect::<Vec<_>>(),
+            &ns.iter().collect::<Vec<_>>(),
+            (Some(*br), Some(*nr)),
+            first,
+            opts,
+        ));
     } else {
         for (rank, bs) in base {
             match new.get(rank) {
-                Some(ns) => comparisons.push(compare(bs, ns, Some(*rank), Some(*rank))),
+                Some(ns) => comparisons.push(compare_files(
+                    &bs.iter().collect::<Vec<_>>(),
+                    &ns.iter().collect::<Vec<_>>(),
+                    (Some(*rank), Some(*rank)),
+                    first,
+                    opts,
+                )),
                 None => problems.push(only_one_side(*rank, "base", &files[0])),
             }
         }
@@ -428,9 +826,49 @@ fn only_one_side(rank: i64, side: &str, files: &[PathBuf]) -> FileProblem {
     }
 }
 
+/// What a comparison counts, in words: "all 3 steps of each side", "per-step means of …".
+pub fn scope(c: &Comparison) -> String {
+    let steps = |n: usize| format!("{n} step{}", if n == 1 { "" } else { "s" });
+    let step =
+        |s: Option<i64>| s.map_or_else(|| "none".to_owned(), |n| format!("ProfilerStep#{n}"));
+    let mut s = match (c.selection, c.basis) {
+        (Selection::WholeTrace, _) => "whole traces (a side has no ProfilerStep)".to_owned(),
+        (Selection::AllSteps, Basis::Totals) => format!("all {} of each side", steps(c.base_steps)),
+        (Selection::AllSteps, Basis::PerStepMean) => format!(
+            "per-step means (base {}, new {}): counts and times below are per step, \
+             ProfilerStep#N rows as {STEPS_NAME}",
+            steps(c.base_steps),
+            steps(c.new_steps)
+        ),
+        (Selection::FirstStep, _) => format!(
+            "the first step of each side ({} vs {}), as HTA's default",
+            step(c.base_step),
+            step(c.new_step)
+        ),
+        (Selection::Step, _) => step(c.base_step),
+    };
+    if matches!(c.selection, Selection::Step | Selection::FirstStep) {
+        match (c.base_steps, c.new_steps) {
+            (0, 0) => s.push_str(" (on neither side)"),
+            (0, _) => s.push_str(" (not on the base side)"),
+            (_, 0) => s.push_str(" (not on the new side)"),
+            _ => {}
+        }
+    }
+    let left_out = c.base_rows_in_no_step + c.new_rows_in_no_step;
+    if left_out > 0 {
+        s.push_str(&format!(
+            "; left out: {} base and {} new rows in no step",
+            c.base_rows_in_no_step, c.new_rows_in_no_step
+        ));
+    }
+    s
+}
+
 /// One line saying where the time went in a comparison: the step time change and the largest
-/// changes by kind and by name.
+/// changes by kind and by name (per step when the comparison is of per-step means).
 pub fn summary(c: &Comparison) -> String {
+    let per_step = c.basis == Basis::PerStepMean;
     let mut parts = Vec::new();
     if let (Some(b), Some(n), Some(d)) =
         (c.base_mean_step_us, c.new_mean_step_us, c.step_time_diff_us)
@@ -447,38 +885,46 @@ pub fn summary(c: &Comparison) -> String {
             fmt_us(d.0)
         ));
     }
+    let kind_diff = |k: &KindChange| -> f64 {
+        if per_step {
+            k.new_per_step_us.unwrap_or_default().0 - k.base_per_step_us.unwrap_or_default().0
+        } else {
+            k.diff_us.0
+        }
+    };
     let gpu: Vec<String> = c
         .by_kind
         .iter()
-        .filter(|k| matches!(k.kind, "kernel" | "memcpy" | "memset") && k.diff_us.0 != 0.0)
+        .filter(|k| matches!(k.kind, "kernel" | "memcpy" | "memset") && kind_diff(k) != 0.0)
         .map(|k| {
-            format!(
-                "{} {}{}",
-                k.kind,
-                sign(k.diff_us.0),
-                fmt_us(k.diff_us.0.abs())
-            )
+            let d = kind_diff(k);
+            format!("{} {}{}", k.kind, sign(d), fmt_us(d.abs()))
         })
         .collect();
+    let per = if per_step { " per step" } else { "" };
     if !gpu.is_empty() {
-        parts.push(format!("GPU time: {}", gpu.join(", ")));
+        parts.push(format!("GPU time{per}: {}", gpu.join(", ")));
     }
+    let row_diff = |r: &DiffRow| -> f64 {
+        if per_step {
+            r.test_duration_per_step.unwrap_or_default().0
+                - r.control_duration_per_step.unwrap_or_default().0
+        } else {
+            r.diff_duration.0
+        }
+    };
     let top: Vec<String> = c
         .rows
         .iter()
-        .filter(|r| r.kind != "annotation" && r.diff_duration.0 != 0.0)
+        .filter(|r| r.kind != "annotation" && row_diff(r) != 0.0)
         .take(3)
         .map(|r| {
-            format!(
-                "{} {}{}",
-                short(&r.name),
-                sign(r.diff_duration.0),
-                fmt_us(r.diff_duration.0.abs())
-            )
+            let d = row_diff(r);
+            format!("{} {}{}", short(&r.name), sign(d), fmt_us(d.abs()))
         })
         .collect();
     if !top.is_empty() {
-        parts.push(format!("most changed: {}", top.join(", ")));
+        parts.push(format!("most changed{per}: {}", top.join(", ")));
     }
     if parts.is_empty() {
         "no change".into()
@@ -506,179 +952,5 @@ fn short(name: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::{json, Value};
-
-    fn x(cat: &str, name: &str, ts: i64, dur: i64, args: Value) -> Value {
-        json!({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": args})
-    }
-
-    /// Two steps of `step_us`; per step `n_mm` aten::mm launching a gemm of `gemm_us`, and, when
-    /// `relu`, one aten::relu.
-    fn trace(rank: i64, step_us: i64, n_mm: i64, gemm_us: i64, relu: bool) -> TraceSource {
-        let mut ev = Vec::new();
-        let mut corr = 0;
-        for s in 0..2 {
-            let ts = 1_000_000 + s * 100_000;
-            ev.push(x(
-                "user_annotation",
-                &format!("ProfilerStep#{}", s + 5),
-                ts,
-                step_us,
-                json!({}),
-            ));
-            for k in 0..n_mm {
-                corr += 1;
-                let t = ts + 10 + k * 100;
-                ev.push(x("cpu_op", "aten::mm", t, 20, json!({})));
-                ev.push(x(
-                    "cuda_runtime",
-                    "cudaLaunchKernel",
-                    t + 5,
-                    5,
-                    json!({"correlation": corr}),
-                ));
-                ev.push(
-                    json!({"ph": "X", "cat": "kernel", "name": "sm80_gemm", "pid": 0, "tid": 7,
-                    "ts": t + 50, "dur": gemm_us, "args": {"stream": 7, "correlation": corr}}),
-                );
-            }
-            if relu {
-                ev.push(x("cpu_op", "aten::relu", ts + 5_000, 7, json!({})));
-            }
-        }
-        let doc = json!({"distributedInfo": {"rank": rank}, "traceEvents": ev});
-        TraceSource::Memory {
-            name: format!("r{rank}.json").into(),
-            bytes: serde_json::to_vec(&doc).unwrap(),
-        }
-    }
-
-    fn run(base: Vec<TraceSource>, new: Vec<TraceSource>, opts: &DiffOptions) -> DiffReport {
-        let n = base.len();
-        let all: Vec<TraceSource> = base.into_iter().chain(new).collect();
-        diff_sources(&all, n, Vec::new(), opts, &|_| {})
-    }
-
-    #[test]
-    fn names_counts_durations_and_categories() {
-        let r = run(
-            vec![trace(0, 10_000, 2, 100, true)],
-            vec![trace(0, 12_000, 3, 150, false)],
-            &DiffOptions::default(),
-        );
-        assert!(r.problems.is_empty(), "{:?}", r.problems);
-        let c = &r.comparisons[0];
-        let row = |n: &str| c.rows.iter().find(|r| r.name == n).unwrap();
-        let gemm = row("sm80_gemm");
-        assert_eq!(
-            (gemm.control_counts, gemm.test_counts, gemm.diff_counts),
-            (4, 6, 2)
-        );
-        assert_eq!(
-            (
-                gemm.control_total_duration.0,
-                gemm.test_total_duration.0,
-                gemm.diff_duration.0
-            ),
-            (400.0, 900.0, 500.0)
-        );
-        assert_eq!(
-            (gemm.kind, gemm.category, gemm.counts_change_categories),
-            ("kernel", Change::Increased, "+")
-        );
-        let relu = row("aten::relu");
-        assert_eq!(
-            (relu.category, relu.test_counts, relu.diff_duration.0),
-            (Change::Deleted, 0, -14.0)
-        );
-        // Sorted by absolute duration change: the steps (+2000 µs each) first.
-        assert_eq!(c.rows[0].name, "ProfilerStep#5");
-        assert_eq!(c.ops_diff[&Change::Deleted], ["aten::relu"]);
-        assert_eq!(
-            c.ops_diff[&Change::Unchanged],
-            ["ProfilerStep#5", "ProfilerStep#6"]
-        );
-        assert_eq!((c.base_steps, c.new_steps), (2, 2));
-        assert_eq!(c.step_time_diff_us, Some(Us(2000.0)));
-        let k = c.by_kind.iter().find(|k| k.kind == "kernel").unwrap();
-        assert_eq!(k.diff_us.0, 500.0);
-        let s = summary(c);
-        assert!(
-            s.starts_with("step time 10.00 ms → 12.00 ms (+2.00 ms, +20.0%)"),
-            "{s}"
-        );
-        assert!(s.contains("GPU time: kernel +500 µs"), "{s}");
-        assert!(s.contains("most changed: sm80_gemm +500 µs"), "{s}");
-
-        // Identical traces: everything unchanged, no difference.
-        let r = run(
-            vec![trace(0, 10_000, 2, 100, true)],
-            vec![trace(0, 10_000, 2, 100, true)],
-            &DiffOptions::default(),
-        );
-        let c = &r.comparisons[0];
-        assert!(c
-            .rows
-            .iter()
-            .all(|r| r.category == Change::Unchanged && r.diff_duration.0 == 0.0));
-        assert_eq!(c.step_time_diff_us, Some(Us(0.0)));
-    }
-
-    #[test]
-    fn ranks_are_matched_or_pooled_and_steps_chosen() {
-        let base = || {
-            vec![
-                trace(0, 10_000, 1, 100, false),
-                trace(1, 10_000, 1, 100, false),
-            ]
-        };
-        let new = || {
-            vec![
-                trace(0, 10_000, 1, 200, false),
-                trace(2, 10_000, 1, 100, false),
-            ]
-        };
-        let r = run(base(), new(), &DiffOptions::default());
-        assert_eq!(r.comparisons.len(), 1);
-        assert_eq!(r.comparisons[0].base_rank, Some(0));
-        assert_eq!(r.problems.len(), 2, "{:?}", r.problems);
-        assert!(
-            r.problems[0].message.contains("only on the"),
-            "{:?}",
-            r.problems
-        );
-
-        let r = run(
-            base(),
-            new(),
-            &DiffOptions {
-                pool: true,
-                ..DiffOptions::default()
-            },
-        );
-        let c = &r.comparisons[0];
-        assert_eq!(c.base_rank, None);
-        let gemm = c.rows.iter().find(|r| r.name == "sm80_gemm").unwrap();
-        assert_eq!((gemm.control_counts, gemm.diff_duration.0), (4, 200.0));
-
-        // One step: only its rows (kernels by the step of their launch).
-        let r = run(
-            base(),
-            new(),
-            &DiffOptions {
-                step: Some(6),
-                ..DiffOptions::default()
-            },
-        );
-        let c = &r.comparisons[0];
-        let gemm = c.rows.iter().find(|r| r.name == "sm80_gemm").unwrap();
-        assert_eq!(
-            (gemm.control_counts, gemm.test_counts, gemm.diff_duration.0),
-            (1, 1, 100.0)
-        );
-        assert_eq!(c.base_steps, 1);
-        assert!(c.rows.iter().all(|r| r.name != "ProfilerStep#5"));
-    }
-}
+#[path = "diff_tests.rs"]
+mod tests;

@@ -33,6 +33,7 @@ pub mod diff;
 pub mod doctor;
 mod fastmap;
 pub mod hta;
+mod iteration;
 pub mod kernel;
 mod load;
 pub mod memory;
@@ -45,7 +46,7 @@ pub mod units;
 
 use std::path::PathBuf;
 
-pub use diff::{diff, diff_sources, DiffOptions, DiffReport};
+pub use diff::{diff, diff_sources, DiffOptions, DiffReport, StepChoice};
 pub use doctor::{doctor, doctor_sources, DoctorOptions, DoctorReport};
 pub use hta::HtaOptions;
 pub use load::{discover, FileProblem, Options, Progress, RankSource, TraceSource};

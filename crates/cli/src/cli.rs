@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use kinetrace_analysis::{HtaOptions, Options};
+use kinetrace_analysis::{HtaOptions, Options, StepChoice};
 
 /// kinetrace: an in-process GPU profiler that writes Kineto (PyTorch profiler) traces, and the
 /// tools to read them.
@@ -287,14 +287,18 @@ impl DoctorArgs {
 const DIFF_AFTER_HELP: &str = "\
 Each side is a trace file or a directory of them (one per rank). Ranks are compared rank by rank
 (the ranks both sides have; one file each is compared whatever its rank), or all pooled with
---pool. Names are grouped across categories and counted over every step (or one with --step), with
+--pool. Names are grouped across categories and counted over every step (--step first: each
+side's first step, HTA's default; --step N: one step), rows given steps by HTA's rule, with
 durations on HTA's clock, so the numbers and the added / deleted / increased / decreased /
-unchanged categories can be checked against HTA's TraceDiff. Layout of --json: docs/diff.md.
+unchanged count categories can be checked against HTA's TraceDiff. Each name also gets a time
+category (unchanged within --time-threshold). When the sides have different numbers of steps,
+per-step means are compared. Layout of --json and --csv: docs/diff.md.
 
 EXAMPLES:
   kinetrace diff before/ after/              rank by rank, largest change first
   kinetrace diff before/ after/ --pool       all ranks together
-  kinetrace diff a.json.gz b.json.gz --json";
+  kinetrace diff a.json.gz b.json.gz --step first --json
+  kinetrace diff a.json.gz b.json.gz --csv out/";
 
 /// `kinetrace diff`.
 #[derive(Debug, Args)]
@@ -312,13 +316,29 @@ pub struct DiffArgs {
     #[arg(long)]
     pub pool: bool,
 
-    /// Only this ProfilerStep number on both sides (kernels count in the step of their launch).
-    #[arg(long, value_name = "N")]
-    pub step: Option<i64>,
+    /// Steps compared: `all` (every step of each side), `first` (each side's first step, HTA's
+    /// default) or a ProfilerStep number N on both sides. GPU rows count in the step of their
+    /// launch call.
+    #[arg(long, value_name = "all|first|N", default_value = "all", value_parser = parse_step)]
+    pub step: StepChoice,
+
+    /// A name's time change within this percentage of its base time (or under 1 µs) is
+    /// "unchanged" in the time category.
+    #[arg(
+        long,
+        default_value_t = 5.0,
+        value_name = "PCT",
+        allow_negative_numbers = true
+    )]
+    pub time_threshold: f64,
 
     /// Print the comparison as JSON on stdout instead of tables.
     #[arg(long)]
     pub json: bool,
+
+    /// Also write the comparison as CSV files into DIR (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub csv: Option<PathBuf>,
 
     /// Rows per table in the terminal (0: all).
     #[arg(long, default_value_t = 20, value_name = "N")]
@@ -342,6 +362,8 @@ pub struct DiffPlan {
     pub new: PathBuf,
     /// JSON instead of text.
     pub json: bool,
+    /// CSV directory.
+    pub csv: Option<PathBuf>,
     /// Terminal rows per table (`usize::MAX` for all).
     pub top: usize,
     /// Quiet.
@@ -350,22 +372,41 @@ pub struct DiffPlan {
     pub options: kinetrace_analysis::DiffOptions,
 }
 
+fn parse_step(s: &str) -> Result<StepChoice, String> {
+    match s {
+        "all" => Ok(StepChoice::All),
+        "first" => Ok(StepChoice::First),
+        _ => s
+            .parse()
+            .map(StepChoice::Number)
+            .map_err(|_| format!("expected `all`, `first` or a ProfilerStep number, got `{s}`")),
+    }
+}
+
 impl DiffArgs {
     /// Checks the arguments and builds the plan.
     pub fn plan(self) -> Result<DiffPlan> {
         if self.jobs == Some(0) {
             bail!("--jobs must be at least 1 (leave it out for one per CPU)");
         }
+        if !(self.time_threshold.is_finite() && self.time_threshold >= 0.0) {
+            bail!(
+                "--time-threshold must be a percentage ≥ 0, got {}",
+                self.time_threshold
+            );
+        }
         Ok(DiffPlan {
             base: self.base,
             new: self.new,
             json: self.json,
+            csv: self.csv,
             top: if self.top == 0 { usize::MAX } else { self.top },
             quiet: self.quiet,
             options: kinetrace_analysis::DiffOptions {
                 jobs: self.jobs.unwrap_or(0),
                 pool: self.pool,
                 step: self.step,
+                time_threshold: self.time_threshold / 100.0,
             },
         })
     }

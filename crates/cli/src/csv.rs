@@ -9,7 +9,7 @@ use kinetrace_analysis::Report;
 
 use crate::cli::Analysis;
 
-fn field(s: &str) -> String {
+pub(crate) fn field(s: &str) -> String {
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
@@ -17,7 +17,7 @@ fn field(s: &str) -> String {
     }
 }
 
-fn num(v: f64) -> String {
+pub(crate) fn num(v: f64) -> String {
     if v.is_finite() {
         format!("{v}")
     } else {

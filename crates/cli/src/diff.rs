@@ -1,16 +1,18 @@
 //! `kinetrace diff`: compare two runs name by name and say where the time went.
 
+use std::collections::BTreeMap;
 use std::io::{self, IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use kinetrace_analysis::diff::{summary, Comparison, DiffReport};
+use kinetrace_analysis::diff::{scope, summary, Basis, Change, Comparison, DiffReport, DiffRow};
 use kinetrace_analysis::{diff, discover};
 
 use crate::analyze::ProgressLine;
 use crate::cli::DiffPlan;
+use crate::diff_csv;
 use crate::table::{clip, dur_us, Align, Table};
 
 /// Runs the comparison. Exit code 0 when something was compared, 1 when not (a side unreadable,
@@ -41,6 +43,16 @@ pub fn run_diff(plan: DiffPlan) -> Result<ExitCode> {
             if report.new_files.len() == 1 { "" } else { "s" }
         );
         return Ok(ExitCode::from(1));
+    }
+    if let Some(dir) = &plan.csv {
+        let written = diff_csv::write(&report, dir)?;
+        if !plan.quiet {
+            eprintln!(
+                "kinetrace: wrote {} CSV files into {}",
+                written.len(),
+                dir.display()
+            );
+        }
     }
     let mut stdout = io::stdout().lock();
     if plan.json {
@@ -90,6 +102,41 @@ fn signed(us: f64) -> String {
     }
 }
 
+/// A count, with two decimals when it is a per-step mean.
+fn count(v: f64) -> String {
+    if v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn signed_count(v: f64) -> String {
+    if v > 0.0 {
+        format!("+{}", count(v))
+    } else {
+        count(v + 0.0)
+    }
+}
+
+/// A row's counts and times on the comparison's basis.
+fn on_basis(r: &DiffRow, basis: Basis) -> (f64, f64, f64, f64) {
+    match basis {
+        Basis::Totals => (
+            r.control_counts as f64,
+            r.test_counts as f64,
+            r.control_total_duration.0,
+            r.test_total_duration.0,
+        ),
+        Basis::PerStepMean => (
+            r.control_counts_per_step.unwrap_or_default(),
+            r.test_counts_per_step.unwrap_or_default(),
+            r.control_duration_per_step.map_or(0.0, |u| u.0),
+            r.test_duration_per_step.map_or(0.0, |u| u.0),
+        ),
+    }
+}
+
 fn comparison(c: &Comparison, top: usize, out: &mut String) {
     let title = match (c.base_rank, c.new_rank) {
         (Some(b), Some(n)) if b == n => format!("rank {b}"),
@@ -97,8 +144,11 @@ fn comparison(c: &Comparison, top: usize, out: &mut String) {
         _ => "all ranks pooled".into(),
     };
     out.push_str(&format!("{title}: {}\n", summary(c)));
+    out.push_str(&format!("  compared: {}\n", scope(c)));
+    let per_step = c.basis == Basis::PerStepMean;
+    let per = if per_step { " per step" } else { "" };
     let mut kinds = Table::new(
-        "  time by kind (ops and annotations nest: their totals overlap)",
+        format!("  time by kind{per} (ops and annotations nest: their totals overlap)"),
         &[
             ("kind", Align::Left),
             ("base", Align::Right),
@@ -107,16 +157,19 @@ fn comparison(c: &Comparison, top: usize, out: &mut String) {
         ],
     );
     for k in &c.by_kind {
-        kinds.row(vec![
-            k.kind.into(),
-            dur_us(k.base_us.0),
-            dur_us(k.new_us.0),
-            signed(k.diff_us.0),
-        ]);
+        let (b, n) = if per_step {
+            (
+                k.base_per_step_us.map_or(0.0, |u| u.0),
+                k.new_per_step_us.map_or(0.0, |u| u.0),
+            )
+        } else {
+            (k.base_us.0, k.new_us.0)
+        };
+        kinds.row(vec![k.kind.into(), dur_us(b), dur_us(n), signed(n - b)]);
     }
     indent(&kinds.render(), out);
     let mut t = Table::new(
-        "  names, largest duration change first",
+        format!("  names{per}, largest time change first"),
         &[
             ("name", Align::Left),
             ("kind", Align::Left),
@@ -126,35 +179,49 @@ fn comparison(c: &Comparison, top: usize, out: &mut String) {
             ("base time", Align::Right),
             ("new time", Align::Right),
             ("Δ time", Align::Right),
-            ("change", Align::Left),
+            ("Δ %", Align::Right),
+            ("count", Align::Left),
+            ("time", Align::Left),
         ],
     );
     for r in &c.rows {
+        let (bc, nc, bt, nt) = on_basis(r, c.basis);
         t.row(vec![
             clip(&r.name, 60),
             r.kind.into(),
-            r.control_counts.to_string(),
-            r.test_counts.to_string(),
-            if r.diff_counts > 0 {
-                format!("+{}", r.diff_counts)
-            } else {
-                r.diff_counts.to_string()
-            },
-            dur_us(r.control_total_duration.0),
-            dur_us(r.test_total_duration.0),
-            signed(r.diff_duration.0),
+            count(bc),
+            count(nc),
+            signed_count(nc - bc),
+            dur_us(bt),
+            dur_us(nt),
+            signed(nt - bt),
+            r.time_change_share
+                .get()
+                .map_or_else(|| "-".into(), |s| format!("{:+.1}%", 100.0 * s)),
             r.category.as_str().into(),
+            r.time_category.as_str().into(),
         ]);
     }
     t.truncate(top);
     out.push('\n');
     indent(&t.render(), out);
-    let counts: Vec<String> = c
-        .ops_diff
-        .iter()
+    out.push_str(&format!(
+        "  names by count (HTA's categories): {}\n",
+        counts(&c.ops_diff)
+    ));
+    out.push_str(&format!(
+        "  names by time (unchanged within ±{}% or 1 µs): {}\n",
+        100.0 * c.time_threshold,
+        counts(&c.time_diff)
+    ));
+}
+
+/// "6 added, 3 deleted, …".
+fn counts(by: &BTreeMap<Change, Vec<String>>) -> String {
+    by.iter()
         .map(|(k, v)| format!("{} {}", v.len(), k.as_str()))
-        .collect();
-    out.push_str(&format!("  names: {}\n", counts.join(", ")));
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Indents every line but the first (the table's title carries its own indent).

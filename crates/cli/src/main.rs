@@ -7,6 +7,7 @@ mod cli;
 mod convert;
 mod csv;
 mod diff;
+mod diff_csv;
 mod doctor;
 mod record;
 mod signals;

@@ -388,7 +388,7 @@ fn diff_compares_two_runs_and_exits_1_when_nothing_matches() {
 
     let out = kinetrace(&["diff", a.to_str().unwrap(), b.to_str().unwrap(), "--json"]);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
     let c = &v["comparisons"][0];
     let row = c["rows"]
         .as_array()
@@ -441,6 +441,157 @@ fn diff_compares_two_runs_and_exits_1_when_nothing_matches() {
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("all ranks pooled"));
+}
+
+/// `steps` steps of 9 ms, each with one gemm of 3.6 ms (stream 7).
+fn slow_trace(steps: i64) -> Value {
+    let mut ev = Vec::new();
+    for step in 0..steps {
+        let s = 2_000_000 + step * 9_000;
+        ev.push(json!({"ph": "X", "cat": "user_annotation", "name": format!("ProfilerStep#{}", step + 1), "pid": 1, "tid": 1, "ts": s, "dur": 9_000}));
+        ev.push(json!({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": s + 10, "dur": 5, "args": {"correlation": step + 1}}));
+        ev.push(json!({"ph": "X", "cat": "kernel", "name": "sm80_gemm", "pid": 0, "tid": 7, "ts": s + 100, "dur": 3_600, "args": {"stream": 7, "correlation": step + 1}}));
+    }
+    json!({"distributedInfo": {"rank": 0}, "traceEvents": ev})
+}
+
+/// The cells of the table line starting with `name`.
+fn cells<'a>(stdout: &'a str, name: &str) -> Vec<&'a str> {
+    let line = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with(name))
+        .unwrap_or_else(|| panic!("no {name} line in\n{stdout}"));
+    line.split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
+#[test]
+fn diff_gives_time_categories_and_per_step_means_in_text_json_and_csv() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, csv) = (
+        dir.path().join("a"),
+        dir.path().join("b"),
+        dir.path().join("csv"),
+    );
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    write(&a, "rank0.json", &trace(0));
+    write(&b, "rank0.json", &slow_trace(6));
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let out = kinetrace(&["diff", a, b, "-q", "--csv", csv.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // 3 steps against 6: per-step means, and every step 9× slower is "increased" by time while
+    // its count is unchanged.
+    assert!(
+        stdout.contains("compared: per-step means (base 3 steps, new 6 steps)"),
+        "{stdout}"
+    );
+    assert_eq!(
+        cells(&stdout, "sm80_gemm"),
+        [
+            "sm80_gemm",
+            "kernel",
+            "1",
+            "1",
+            "0",
+            "400 µs",
+            "3.60 ms",
+            "+3.20 ms",
+            "+800.0%",
+            "unchanged",
+            "increased"
+        ],
+        "{stdout}"
+    );
+    assert_eq!(
+        cells(&stdout, "ProfilerStep#*")[2..],
+        [
+            "1",
+            "1",
+            "0",
+            "1.00 ms",
+            "9.00 ms",
+            "+8.00 ms",
+            "+800.0%",
+            "unchanged",
+            "increased"
+        ],
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("names by time (unchanged within ±5% or 1 µs): 0 added, 0 deleted, 2 increased, 0 decreased, 1 unchanged"),
+        "{stdout}"
+    );
+    let names = std::fs::read_to_string(csv.join("diff_names.csv")).unwrap();
+    let header: Vec<&str> = names.lines().next().unwrap().split(',').collect();
+    let gemm: Vec<&str> = names
+        .lines()
+        .find(|l| l.starts_with("0,0,sm80_gemm,"))
+        .unwrap_or_else(|| panic!("{names}"))
+        .split(',')
+        .collect();
+    let field = |k: &str| gemm[header.iter().position(|h| *h == k).unwrap()];
+    assert_eq!(
+        [
+            "control_counts",
+            "test_counts",
+            "category",
+            "control_duration_per_step",
+            "test_duration_per_step",
+            "time_change_share",
+            "time_category"
+        ]
+        .map(field),
+        ["3", "6", "unchanged", "400", "3600", "8", "increased"]
+    );
+    let comparisons = std::fs::read_to_string(csv.join("diff_comparisons.csv")).unwrap();
+    assert!(
+        comparisons
+            .lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("0,0,all_steps,per_step_mean,,,3,6,0,0,1000,9000,8000,8,increased,0.05"),
+        "{comparisons}"
+    );
+
+    // JSON: the same; HTA's first step of each side with --step first.
+    let out = kinetrace(&["diff", a, b, "--json", "--step", "first"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = &v["comparisons"][0];
+    assert_eq!(
+        (
+            &c["selection"],
+            &c["basis"],
+            &c["base_step"],
+            &c["new_step"]
+        ),
+        (&json!("first_step"), &json!("totals"), &json!(1), &json!(1))
+    );
+    let row = c["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "ProfilerStep#1")
+        .unwrap();
+    assert_eq!(
+        (&row["category"], &row["time_category"]),
+        (&json!("unchanged"), &json!("increased"))
+    );
+
+    // Usage errors: exit 2, naming the flag.
+    let out = kinetrace(&["diff", a, b, "--step", "last"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("expected `all`, `first` or a ProfilerStep number"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = kinetrace(&["diff", a, b, "--time-threshold", "-3"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--time-threshold"));
 }
 
 #[test]
