@@ -12,6 +12,7 @@ crate's tests may use it without a dependency pointing up (`tests/it/workspace.r
   one test in a fresh process.
 - [`trace`]: finding and parsing written traces (plain or gzip), independently of kinetrace's reader.
 - [`dynolog`]: a fake dynolog daemon (its datagram endpoint and replies) for the on-demand client.
+- [`users`]: a second local user (created when root) for the tests of what other users cannot do.
 - [`fake`]: where the fake libcupti (`tests/fakes/cupti`) was built.
 - [`recording`]: a session writing Kineto traces from core and export alone, for backend tests
   that must not depend on the facade; [`Log`] collects one-line messages.
@@ -25,6 +26,7 @@ pub mod process;
 pub mod recording;
 pub mod simulated;
 pub mod trace;
+pub mod users;
 
 pub use recording::{annotation, trace_session, Log};
 pub use simulated::SimulatedGpu;
