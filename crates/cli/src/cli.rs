@@ -68,6 +68,20 @@ impl Analysis {
         Analysis::Steps,
         Analysis::Memory,
     ];
+
+    /// Whether it is about GPU rows only (nothing to show on a CPU-only trace).
+    pub fn needs_gpu(self) -> bool {
+        matches!(
+            self,
+            Analysis::Temporal | Analysis::Overlap | Analysis::Idle | Analysis::Kernels
+        )
+    }
+
+    /// Its `--only` name.
+    pub fn name(self) -> String {
+        self.to_possible_value()
+            .map_or_else(String::new, |v| v.get_name().to_owned())
+    }
 }
 
 const ANALYZE_AFTER_HELP: &str = "\

@@ -17,7 +17,26 @@ pub fn render(report: &Report, analyses: &[Analysis], top: usize) -> String {
         if report.ranks.len() == 1 { "" } else { "s" },
         ranks.join(", ")
     ));
+    // Without any GPU row the four GPU analyses have nothing to show: one line says so, once.
+    let cpu_only = report.ranks.iter().all(|r| r.gpu_rows == 0);
+    let mut said_cpu_only = false;
     for a in analyses {
+        if cpu_only && a.needs_gpu() {
+            if !said_cpu_only {
+                said_cpu_only = true;
+                out.push_str(&format!(
+                    "\nGPU sections ({}): no GPU rows in any trace (a CPU-only job), nothing to \
+                     show\n",
+                    analyses
+                        .iter()
+                        .filter(|a| a.needs_gpu())
+                        .map(|a| a.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            continue;
+        }
         let tables = match a {
             Analysis::Temporal => vec![temporal(report)],
             Analysis::Overlap => vec![overlap(report)],

@@ -59,6 +59,40 @@ fn tables_by_default_and_partial_failures_reported() {
 }
 
 #[test]
+fn a_cpu_only_trace_gets_one_line_for_the_gpu_sections() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cpu = trace(0);
+    let events = cpu["traceEvents"].as_array_mut().unwrap();
+    events.retain(|e| e["cat"] == "user_annotation");
+    events.push(json!({"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": 1_000_100, "dur": 300}));
+    write(dir.path(), "rank0.json", &cpu);
+    let out = kinetrace(&["analyze", dir.path().to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let before_ops = &stdout[..stdout.find("Ops and annotations").unwrap()];
+    assert_eq!(before_ops.matches("(no rows)").count(), 0, "{stdout}");
+    let said: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("GPU sections"))
+        .collect();
+    assert_eq!(
+        said,
+        ["GPU sections (temporal, overlap, idle, kernels): no GPU rows in any trace (a CPU-only \
+          job), nothing to show"],
+        "{stdout}"
+    );
+    assert!(!stdout.contains("GPU time per rank"), "{stdout}");
+    assert!(stdout.contains("aten::addmm"), "{stdout}");
+    // Asked for one GPU analysis only: the same line, naming it.
+    let out = kinetrace(&["analyze", "--only", "idle", dir.path().to_str().unwrap()]);
+    assert!(
+        text(&out.stdout).contains("GPU sections (idle): no GPU rows"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
 fn json_only_and_exit_codes() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "rank0.json", &trace(0));

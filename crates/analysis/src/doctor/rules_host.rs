@@ -327,6 +327,13 @@ pub const WARMUP_IN_WINDOW: Rule = Rule {
           the numbers.",
 };
 
+/// The warm-up fix for a trace without GPU rows: nothing of cuDNN or device memory applies.
+pub const WARMUP_IN_WINDOW_CPU_FIX: &str = "Profile steady-state steps: start later with \
+          `torch.profiler.schedule(skip_first=10, wait=1, warmup=1, active=3)` (or `kinetrace \
+          record --start-iteration 10`), so the first calls' one-time costs (lazy module \
+          loading, the allocator growing, oneDNN/MKL kernel selection and JIT, `torch.compile`) \
+          are not in the numbers.";
+
 /// Fires when the first step in the window is `ProfilerStep#0` or `#1` (the process's first or
 /// second iteration), or, with three or more steps, when the first takes at least 1.5× the
 /// median of the others. No cost: it distorts every other number rather than costing time.
@@ -360,14 +367,19 @@ pub(super) fn warmup_in_window(ctx: &Ctx<'_>) -> Option<Finding> {
         .of_kind(Kind::Annotation)
         .chain(ctx.of_kind(Kind::CpuOp))
         .find(|&i| ctx.is_step_row(i) && ctx.row(i).ts == first.ts);
-    Some(finding(
+    let mut f = finding(
         &WARMUP_IN_WINDOW,
         ctx,
         None,
         summary,
         Vec::new(),
         step_row.map(|i| ctx.example(i)).into_iter().collect(),
-    ))
+    );
+    // Advice for the devices present: a CPU-only job has no cuDNN autotuning.
+    if ctx.busy.is_empty() {
+        f.fix = WARMUP_IN_WINDOW_CPU_FIX;
+    }
+    Some(f)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -603,6 +603,24 @@ fn warmup_in_window() {
     t.step(10, 1_000_000 - 10_000, STEP + 10_000);
     t.op("aten::cudnn_convolution", 1_000_000 - 10_000, 10_000);
     assert_eq!(rules(&run(&[&t])), ["warmup-in-window"]);
+    assert!(get(&run(&[&t]), "warmup-in-window").fix.contains("cuDNN"));
+}
+
+#[test]
+fn warmup_advice_fits_a_cpu_only_job() {
+    let mut t = Trace::new();
+    for k in 0..3 {
+        t.step(k, 1_000_000 + k * STEP, STEP);
+        t.op("aten::addmm", 1_000_000 + k * STEP + 100, 9_000);
+    }
+    let r = run(&[&t]);
+    let f = get(&r, "warmup-in-window");
+    assert!(
+        !f.fix.contains("cuDNN") && !f.fix.contains("CUDA"),
+        "{}",
+        f.fix
+    );
+    assert!(f.fix.contains("oneDNN"), "{}", f.fix);
 }
 
 #[test]
