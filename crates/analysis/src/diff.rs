@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::fastmap::FastMap;
 use crate::iteration::iterations;
-use crate::load::{map_sources, read_rank, FileProblem, Progress, TraceSource};
+use crate::load::{map_sources, place, read_rank, FileProblem, Progress, TraceKey, TraceSource};
 use crate::steps::step_number;
 use crate::units::{fmt_us, Num, Us};
 
@@ -232,6 +232,11 @@ pub struct Comparison {
     pub selection: Selection,
     /// What rows are compared on.
     pub basis: Basis,
+    /// Traces on the base side of this comparison: a rank's cycles are merged into one side
+    /// (every trace when pooled).
+    pub base_traces: usize,
+    /// The same on the new side.
+    pub new_traces: usize,
     /// The base step compared, when one step is.
     pub base_step: Option<i64>,
     /// The new step compared, when one step is.
@@ -307,6 +312,7 @@ type ByName = FastMap<u32, Acc>;
 
 /// One trace file reduced to the per-name totals the chosen steps need.
 struct FileSummary {
+    key: TraceKey,
     rank: i64,
     /// Name text and kind (from the first `cat` seen) by the reader's string id.
     names: FastMap<u32, (String, &'static str)>,
@@ -338,7 +344,8 @@ fn kind_of(cat: &str) -> &'static str {
 }
 
 fn summarize_file(source: &TraceSource, choice: StepChoice) -> Result<FileSummary, FileProblem> {
-    let (rows, rank, _) = read_rank(source)?;
+    let (rows, rank, rank_source) = read_rank(source)?;
+    let key = TraceKey::new(source.path(), &rows, rank, rank_source);
     let it = iterations(&rows);
     // Per string: its step number (names) and whether it is a host step's `cat`.
     let number: Vec<Option<i64>> = rows.strings.iter().map(|t| step_number(t)).collect();
@@ -409,6 +416,7 @@ fn summarize_file(source: &TraceSource, choice: StepChoice) -> Result<FileSummar
         })
         .collect();
     Ok(FileSummary {
+        key,
         rank,
         names,
         spans,
@@ -521,6 +529,7 @@ impl Side {
 /// What a comparison is of: its selection, the step compared on each side, and the time
 /// threshold.
 struct Frame {
+    traces: (usize, usize),
     selection: Selection,
     base_step: Option<i64>,
     new_step: Option<i64>,
@@ -628,6 +637,8 @@ fn compare(
         new_rank: ranks.1,
         selection: frame.selection,
         basis,
+        base_traces: frame.traces.0,
+        new_traces: frame.traces.1,
         base_step: frame.base_step,
         new_step: frame.new_step,
         base_steps: base.steps,
@@ -723,6 +734,7 @@ fn compare_files(
         _ => None,
     };
     let frame = Frame {
+        traces: (base.len(), new.len()),
         selection,
         base_step: one(picks.0),
         new_step: one(picks.1),
@@ -753,14 +765,24 @@ pub fn diff_sources(
     });
     let mut sides: [BTreeMap<i64, Vec<FileSummary>>; 2] = [BTreeMap::new(), BTreeMap::new()];
     let mut files: [Vec<PathBuf>; 2] = [Vec::new(), Vec::new()];
-    for (i, (r, s)) in results.into_iter().zip(sources).enumerate() {
-        let which = usize::from(i >= n_base);
+    let mut read: [Vec<FileSummary>; 2] = [Vec::new(), Vec::new()];
+    for (i, r) in results.into_iter().enumerate() {
         match r {
-            Ok(summary) => {
-                files[which].push(s.path().to_owned());
-                sides[which].entry(summary.rank).or_default().push(summary);
-            }
+            Ok(summary) => read[usize::from(i >= n_base)].push(summary),
             Err(p) => problems.push(p),
+        }
+    }
+    // Each side is a folder of ranks × cycles: a rank's cycles are merged, duplicates skipped.
+    for (which, side) in read.into_iter().enumerate() {
+        let placed = place(&side.iter().map(|f| &f.key).collect::<Vec<_>>());
+        for (summary, p) in side.into_iter().zip(placed) {
+            match p {
+                Ok(_) => {
+                    files[which].push(summary.key.file.clone());
+                    sides[which].entry(summary.rank).or_default().push(summary);
+                }
+                Err(e) => problems.push(e),
+            }
         }
     }
     let mut comparisons = Vec::new();
@@ -854,6 +876,19 @@ pub fn scope(c: &Comparison) -> String {
             (_, 0) => s.push_str(" (not on the new side)"),
             _ => {}
         }
+    }
+    let pooled = c.base_rank.is_none();
+    let merged = |n: usize, side: &str| match n {
+        1 => None,
+        _ if pooled => Some(format!("{n} {side} traces")),
+        _ => Some(format!("{n} {side} cycles")),
+    };
+    let merged: Vec<String> = [merged(c.base_traces, "base"), merged(c.new_traces, "new")]
+        .into_iter()
+        .flatten()
+        .collect();
+    if !merged.is_empty() {
+        s.push_str(&format!("; merged: {}", merged.join(", ")));
     }
     let left_out = c.base_rows_in_no_step + c.new_rows_in_no_step;
     if left_out > 0 {

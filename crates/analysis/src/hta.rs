@@ -74,6 +74,8 @@ pub(crate) enum StepFilter {
 pub struct Temporal {
     /// Rank.
     pub rank: i64,
+    /// The rank's cycle, 0-based in time order (see [`crate::Placement`]).
+    pub cycle: u32,
     /// Time inside the GPU span with no kernel running.
     pub idle_time_us: Us,
     /// Time with a computation kernel running.
@@ -95,6 +97,8 @@ pub struct Temporal {
 pub struct Overlap {
     /// Rank.
     pub rank: i64,
+    /// The rank's cycle, 0-based in time order (see [`crate::Placement`]).
+    pub cycle: u32,
     /// Percentage of communication time during which a computation kernel also runs; `null` when
     /// the rank has no communication kernel.
     pub comp_comm_overlap_pctg: Num,
@@ -128,6 +132,8 @@ impl IdleCategory {
 pub struct IdleRow {
     /// Rank.
     pub rank: i64,
+    /// The rank's cycle, 0-based in time order (see [`crate::Placement`]).
+    pub cycle: u32,
     /// Stream.
     pub stream: i64,
     /// Category.
@@ -158,6 +164,8 @@ pub struct KernelRow {
     pub name: String,
     /// Rank.
     pub rank: i64,
+    /// The rank's cycle, 0-based in time order (see [`crate::Placement`]).
+    pub cycle: u32,
     /// Total duration.
     pub sum_us: Us,
     /// Longest duration. For `others` and for any kernel of a type that had more than
@@ -372,6 +380,7 @@ pub(crate) fn analyze_rank(
     let pct = |v: i64| Num(100.0 * Num::ratio(v as f64, kernel_time as f64).0);
     out.temporal = Some(Temporal {
         rank,
+        cycle: 0,
         idle_time_us: Us::from_ns(idle),
         compute_time_us: Us::from_ns(compute),
         non_compute_time_us: Us::from_ns(non_compute),
@@ -391,6 +400,7 @@ pub(crate) fn analyze_rank(
         .sum();
     out.overlap = Some(Overlap {
         rank,
+        cycle: 0,
         comp_comm_overlap_pctg: Num(100.0 * Num::ratio(overlap as f64, run_time(&comm) as f64).0),
     });
 
@@ -475,6 +485,7 @@ fn agg(name: String, t: KernelType, rank: i64, values: &[f64], launches: &[f64])
         kernel_type: t,
         name,
         rank,
+        cycle: 0,
         sum_us: Us(sum),
         max_us: Us(max),
         min_us: Us(min),
@@ -624,6 +635,7 @@ fn idle_breakdown(
         for (cat, sum, values) in sums {
             out.push(IdleRow {
                 rank,
+                cycle: 0,
                 stream,
                 idle_category: cat,
                 idle_time_us: Us(sum),

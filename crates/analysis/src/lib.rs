@@ -49,7 +49,7 @@ use std::path::PathBuf;
 pub use diff::{diff, diff_sources, DiffOptions, DiffReport, StepChoice};
 pub use doctor::{doctor, doctor_sources, DoctorOptions, DoctorReport};
 pub use hta::HtaOptions;
-pub use load::{discover, FileProblem, Options, Progress, RankSource, TraceSource};
+pub use load::{discover, FileProblem, Options, Placement, Progress, RankSource, TraceSource};
 pub use report::{KernelTypeShare, RankInfo, RankKernelTypeTime, Report};
 
 /// Analyses `files` (one rank each). `problems` from [`discover`] are carried into the report.

@@ -147,11 +147,152 @@ pub enum RankSource {
     Default,
 }
 
+/// Who wrote a trace and when: what tells the cycles of one process (a `--schedule` with
+/// `repeat`, torch.profiler's `tensorboard_trace_handler` writing one file per cycle) from two
+/// traces claiming one rank.
+#[derive(Clone, Debug)]
+pub(crate) struct TraceKey {
+    pub file: PathBuf,
+    pub rank: i64,
+    pub rank_source: RankSource,
+    /// `host_name`, when the trace has it.
+    pub host: Option<String>,
+    /// The pid of the host rows, when they have an integer one.
+    pub pid: Option<i64>,
+    /// First row start and last row end, ns since the epoch.
+    pub span: (i64, i64),
+}
+
+impl TraceKey {
+    pub fn new(file: &Path, rows: &Rows, rank: i64, rank_source: RankSource) -> TraceKey {
+        let host = rows
+            .metadata
+            .iter()
+            .find(|(k, _)| k == "host_name")
+            .and_then(|(_, v)| serde_json::from_str::<String>(v).ok());
+        let start = rows.rows.iter().map(|r| r.ts).min().unwrap_or(0);
+        let end = rows.rows.iter().map(|r| r.end()).max().unwrap_or(start);
+        TraceKey {
+            file: file.to_owned(),
+            rank,
+            rank_source,
+            host,
+            pid: rows.host_pid,
+            span: (start, end),
+        }
+    }
+
+    fn process(&self) -> String {
+        match (&self.pid, &self.host) {
+            (Some(p), Some(h)) => format!("pid {p} on {h}"),
+            (Some(p), None) => format!("pid {p}"),
+            (None, Some(h)) => format!("an unknown pid on {h}"),
+            (None, None) => "an unknown process".into(),
+        }
+    }
+
+    /// Whether the two spans overlap by more than half the shorter one: the same capture, not
+    /// two cycles (which follow each other; a GPU tail may reach a little into the next).
+    fn same_time(&self, other: &TraceKey) -> bool {
+        let overlap = self.span.1.min(other.span.1) - self.span.0.max(other.span.0);
+        let shorter = (self.span.1 - self.span.0).min(other.span.1 - other.span.0);
+        overlap > 0 && 2 * overlap >= shorter
+    }
+}
+
+/// Where a trace sits in the set analysed: its rank, and which of that rank's cycles it is.
+///
+/// A folder holds ranks × cycles: every trace of one rank written by one process at different
+/// times is a cycle of that rank (numbered from 0 in time order); a second process claiming the
+/// rank, or a second trace of the same process over the same time (a copy), is a duplicate and
+/// is reported, not analysed. `analyze`, `doctor`, `diff` and `record`'s summary all read a
+/// folder this way ([`place`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Placement {
+    /// The rank.
+    pub rank: i64,
+    /// The cycle of the rank, 0-based in time order.
+    pub cycle: u32,
+    /// How many cycles of the rank are in the set.
+    pub cycles: u32,
+}
+
+/// Places every trace (in input order) as a rank and cycle, or reports it as a duplicate. Of the
+/// traces claiming one rank, the process of the first in input order keeps it.
+pub(crate) fn place(keys: &[&TraceKey]) -> Vec<Result<Placement, FileProblem>> {
+    let mut out: Vec<Option<Result<Placement, FileProblem>>> = vec![None; keys.len()];
+    let mut by_rank: std::collections::BTreeMap<i64, Vec<usize>> = Default::default();
+    for (i, k) in keys.iter().enumerate() {
+        by_rank.entry(k.rank).or_default().push(i);
+    }
+    for (rank, files) in by_rank {
+        let owner = keys[files[0]];
+        // The first file's process keeps the rank: its traces at other times are its cycles.
+        let mut cycles: Vec<usize> = Vec::new();
+        for &i in &files {
+            let k = keys[i];
+            let clash = if (k.host.as_ref(), k.pid) != (owner.host.as_ref(), owner.pid) {
+                Some((
+                    owner.file.as_path(),
+                    format!(
+                        "written by another process ({}; that one by {})",
+                        k.process(),
+                        owner.process()
+                    ),
+                ))
+            } else {
+                cycles
+                    .iter()
+                    .map(|&c| keys[c])
+                    .find(|c| c.same_time(k))
+                    .map(|c| {
+                        (
+                            c.file.as_path(),
+                            "the same process over the same time: a copy of it?".to_owned(),
+                        )
+                    })
+            };
+            match clash {
+                None => cycles.push(i),
+                Some((first, why)) => {
+                    out[i] = Some(Err(FileProblem {
+                        file: k.file.clone(),
+                        offset: None,
+                        message: format!(
+                            "duplicate rank {rank}: {} already has it ({why}{}); this file is \
+                             skipped. Give each rank's trace a distinct `distributedInfo.rank`, \
+                             or analyse the files separately",
+                            first.display(),
+                            match k.rank_source {
+                                RankSource::Default =>
+                                    "; no rank in either file, so both count as rank 0",
+                                _ => "",
+                            }
+                        ),
+                    }))
+                }
+            }
+        }
+        cycles.sort_by_key(|&i| (keys[i].span.0, i));
+        let n = cycles.len() as u32;
+        for (c, &i) in cycles.iter().enumerate() {
+            out[i] = Some(Ok(Placement {
+                rank,
+                cycle: c as u32,
+                cycles: n,
+            }));
+        }
+    }
+    out.into_iter()
+        .map(|p| p.expect("every trace is placed"))
+        .collect()
+}
+
 /// Everything kept from one rank once its events are gone.
 #[derive(Clone, Debug)]
 pub(crate) struct RankSummary {
+    pub key: TraceKey,
     pub file: PathBuf,
-    pub rank: i64,
     pub rank_source: RankSource,
     pub events: u64,
     pub rows: usize,
@@ -294,8 +435,8 @@ fn summarize_rows(
         opts.memory_points,
     );
     RankSummary {
+        key: TraceKey::new(path, rows, rank, rank_source),
         file: path.to_owned(),
-        rank,
         rank_source,
         events: rows.events,
         rows: rows.rows.len(),

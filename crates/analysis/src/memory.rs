@@ -53,6 +53,8 @@ impl PhaseKind {
 pub struct PhaseSpan {
     /// Rank.
     pub rank: i64,
+    /// The rank's cycle, 0-based in time order (see [`crate::Placement`]).
+    pub cycle: u32,
     /// Step number (`ProfilerStep#N`).
     pub step: i64,
     /// Which phase.
@@ -68,6 +70,8 @@ pub struct PhaseSpan {
 pub struct MemoryDevice {
     /// Rank.
     pub rank: i64,
+    /// The rank's cycle, 0-based in time order (see [`crate::Placement`]).
+    pub cycle: u32,
     /// `Device Id` (−1: host memory).
     pub device: i64,
     /// Number of `[memory]` events.
@@ -217,6 +221,7 @@ pub(crate) fn phases(rank: i64, rows: &Rows, steps: &[StepRow], origin_ns: i64) 
             if e > s {
                 out.push(PhaseSpan {
                     rank,
+                    cycle: 0,
                     step: st.step,
                     kind,
                     start_ms: s,
@@ -319,6 +324,7 @@ pub(crate) fn memory(
             let peak_step = peak.and_then(|_| step_of(peak_at_ms));
             let mut d = MemoryDevice {
                 rank,
+                cycle: 0,
                 device,
                 samples: v.len(),
                 peak_allocated_bytes: peak.map_or(0, |p| p.allocated),
@@ -475,6 +481,7 @@ mod tests {
     fn step(step: i64, start_ms: f64, len_ms: f64) -> StepRow {
         StepRow {
             rank: 0,
+            cycle: 0,
             step,
             start_ms,
             step_time_us: Us(len_ms * 1000.0),
@@ -523,6 +530,7 @@ mod tests {
             events: 0,
             base_ns: None,
             metadata: Vec::new(),
+            host_pid: None,
         }
     }
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::hta::{IdleRow, KernelRow, Overlap, Temporal};
-use crate::load::{FileProblem, RankSource, RankSummary};
+use crate::load::{place, FileProblem, Placement, RankSource, RankSummary, TraceKey};
 use crate::memory::{MemoryDevice, PhaseSpan};
 use crate::ops::{OpKind, OpStat};
 use crate::steps::{straggler, StepRow, Straggler};
@@ -17,6 +17,10 @@ use crate::units::{Num, Us};
 pub struct RankInfo {
     /// Rank.
     pub rank: i64,
+    /// The rank's cycle, 0-based in time order (see [`crate::Placement`]).
+    pub cycle: u32,
+    /// How many cycles of the rank were analysed.
+    pub cycles: u32,
     /// Its file.
     pub file: PathBuf,
     /// Where the rank number came from.
@@ -47,6 +51,8 @@ pub struct KernelTypeShare {
 pub struct RankKernelTypeTime {
     /// Rank.
     pub rank: i64,
+    /// The rank's cycle.
+    pub cycle: u32,
     /// Kernel type or overlap.
     pub kernel_type: String,
     /// Whole µs.
@@ -56,7 +62,7 @@ pub struct RankKernelTypeTime {
 /// Everything `kinetrace analyze` computes.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
-    /// The ranks analysed, by rank.
+    /// The traces analysed, by rank and cycle.
     pub ranks: Vec<RankInfo>,
     /// Inputs that could not be analysed (one entry per file).
     pub problems: Vec<FileProblem>,
@@ -93,45 +99,37 @@ impl Report {
     pub fn analysed_any(&self) -> bool {
         !self.ranks.is_empty()
     }
+
+    /// Whether some rank has more than one cycle (tables then show the cycle).
+    pub fn has_cycles(&self) -> bool {
+        self.ranks.iter().any(|r| r.cycles > 1)
+    }
 }
 
-/// Builds the report. `results` are in input order; duplicate ranks keep the first file.
+/// Builds the report. `results` are in input order; the traces are placed as ranks × cycles
+/// ([`place`]), duplicates reported.
 pub(crate) fn build(
     results: Vec<Result<RankSummary, FileProblem>>,
     mut problems: Vec<FileProblem>,
 ) -> Report {
-    let mut by_rank: BTreeMap<i64, RankSummary> = BTreeMap::new();
-    for r in results {
-        match r {
-            Err(p) => problems.push(p),
-            Ok(s) => {
-                if let Some(first) = by_rank.get(&s.rank) {
-                    problems.push(FileProblem {
-                        file: s.file.clone(),
-                        offset: None,
-                        message: format!(
-                            "duplicate rank {}: {} already has it ({}); this file is skipped. \
-                             Give each rank's trace a distinct `distributedInfo.rank`, or \
-                             analyse the files separately",
-                            s.rank,
-                            first.file.display(),
-                            match s.rank_source {
-                                RankSource::Default =>
-                                    "no rank found in either file, so both \
-                                                        count as rank 0",
-                                _ => "same rank number",
-                            }
-                        ),
-                    });
-                } else {
-                    by_rank.insert(s.rank, s);
-                }
+    let read: Vec<RankSummary> = results
+        .into_iter()
+        .filter_map(|r| r.map_err(|p| problems.push(p)).ok())
+        .collect();
+    let keys: Vec<&TraceKey> = read.iter().map(|s| &s.key).collect();
+    let placed = place(&keys);
+    let mut by_rank: BTreeMap<(i64, u32), (RankSummary, Placement)> = BTreeMap::new();
+    for (s, p) in read.into_iter().zip(placed) {
+        match p {
+            Ok(p) => {
+                by_rank.insert((p.rank, p.cycle), (s, p));
             }
+            Err(e) => problems.push(e),
         }
     }
     let mut symbols: Vec<&str> = by_rank
         .values()
-        .flat_map(|s| s.step_symbols.iter().map(String::as_str))
+        .flat_map(|(s, _)| s.step_symbols.iter().map(String::as_str))
         .collect();
     symbols.sort_unstable();
     symbols.dedup();
@@ -164,7 +162,15 @@ pub(crate) fn build(
     };
     let mut type_totals: HashMap<String, i64> = HashMap::new();
     let mut ops: HashMap<(OpKind, String), OpStat> = HashMap::new();
-    for (rank, s) in by_rank {
+    for ((rank, cycle), (s, placed)) in by_rank {
+        if placed.cycles > 1 && cycle == 0 {
+            notes.push(format!(
+                "rank {rank}: {} traces of one process, taken as its cycles 0–{} in time order \
+                 (per-rank tables show the cycle; steps and ops count every cycle)",
+                placed.cycles,
+                placed.cycles - 1
+            ));
+        }
         let hta = if step_filter_applied {
             s.filtered
         } else {
@@ -183,11 +189,14 @@ pub(crate) fn build(
             notes.push(format!("rank {rank} ({}): {why}", s.file.display()));
             report.comm_comp_overlap.push(Overlap {
                 rank,
+                cycle,
                 comp_comm_overlap_pctg: Num(f64::NAN),
             });
         }
         report.ranks.push(RankInfo {
             rank,
+            cycle,
+            cycles: placed.cycles,
             file: s.file.clone(),
             rank_source: s.rank_source,
             events: s.events,
@@ -201,20 +210,29 @@ pub(crate) fn build(
                 s.file.display()
             ));
         }
-        report.temporal_breakdown.extend(hta.temporal);
-        report.comm_comp_overlap.extend(hta.overlap);
-        report.idle_time_breakdown.extend(hta.idle);
+        report
+            .temporal_breakdown
+            .extend(hta.temporal.map(|t| Temporal { cycle, ..t }));
+        report
+            .comm_comp_overlap
+            .extend(hta.overlap.map(|o| Overlap { cycle, ..o }));
+        report
+            .idle_time_breakdown
+            .extend(hta.idle.into_iter().map(|i| IdleRow { cycle, ..i }));
         for t in hta.kernel_types {
             *type_totals.entry(t.kernel_type.clone()).or_default() += t.sum_us;
             report
                 .kernel_type_breakdown_per_rank
                 .push(RankKernelTypeTime {
                     rank,
+                    cycle,
                     kernel_type: t.kernel_type,
                     sum_us: t.sum_us,
                 });
         }
-        report.kernel_breakdown.extend(hta.kernels);
+        report
+            .kernel_breakdown
+            .extend(hta.kernels.into_iter().map(|k| KernelRow { cycle, ..k }));
         for op in s.ops {
             let e = ops
                 .entry((op.kind, op.name.clone()))
@@ -232,9 +250,15 @@ pub(crate) fn build(
             e.gpu_self_us.0 += op.gpu_self_us.0;
             e.gpu_total_us.0 += op.gpu_total_us.0;
         }
-        report.steps.extend(s.steps);
-        report.memory.extend(s.memory);
-        report.phases.extend(s.phases);
+        report
+            .steps
+            .extend(s.steps.into_iter().map(|x| StepRow { cycle, ..x }));
+        report
+            .memory
+            .extend(s.memory.into_iter().map(|m| MemoryDevice { cycle, ..m }));
+        report
+            .phases
+            .extend(s.phases.into_iter().map(|p| PhaseSpan { cycle, ..p }));
     }
     let total: i64 = type_totals.values().sum();
     let mut shares: Vec<KernelTypeShare> = type_totals
@@ -252,7 +276,12 @@ pub(crate) fn build(
     });
     report.kernel_type_breakdown = shares;
     report.kernel_breakdown.sort_by(|a, b| {
-        (a.kernel_type.as_str(), &a.name, a.rank).cmp(&(b.kernel_type.as_str(), &b.name, b.rank))
+        (a.kernel_type.as_str(), &a.name, a.rank, a.cycle).cmp(&(
+            b.kernel_type.as_str(),
+            &b.name,
+            b.rank,
+            b.cycle,
+        ))
     });
     let mut ops: Vec<OpStat> = ops.into_values().collect();
     ops.sort_by(|a, b| {
@@ -263,7 +292,7 @@ pub(crate) fn build(
     });
     report.ops = ops;
     report.straggler = straggler(&report.steps);
-    report.comm_comp_overlap.sort_by_key(|o| o.rank);
+    report.comm_comp_overlap.sort_by_key(|o| (o.rank, o.cycle));
     problems.sort_by(|a, b| a.file.cmp(&b.file));
     report.problems = problems;
     report.notes = notes;

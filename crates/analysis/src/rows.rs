@@ -91,6 +91,9 @@ pub(crate) struct Rows {
     pub base_ns: Option<i64>,
     /// Top-level keys other than `traceEvents`, as compact JSON text.
     pub metadata: Vec<(String, String)>,
+    /// The integer `pid` of the first host row (`cpu_op`, `user_annotation`, `python_function`,
+    /// runtime call): the process that wrote the trace.
+    pub host_pid: Option<i64>,
 }
 
 impl Rows {
@@ -130,6 +133,7 @@ pub(crate) fn load_rows<R: Read + Send>(path: &Path, input: R) -> Result<Rows, R
     let mut any_float_ts = false;
     let mut count: u64 = 0;
     let mut raw_mem: Vec<(RawNum, i64, i64, i64)> = Vec::new();
+    let mut host_pid: Option<i64> = None;
     let trace = for_each_event_pipelined(path, input, |ev: TraceEvent, strings: &[Box<str>]| {
         let index = count as u32;
         count += 1;
@@ -149,6 +153,16 @@ pub(crate) fn load_rows<R: Read + Send>(path: &Path, input: R) -> Result<Rows, R
         };
         if text(cat.0) == "Trace" {
             return;
+        }
+        if host_pid.is_none()
+            && matches!(
+                text(cat.0),
+                "cpu_op" | "user_annotation" | "python_function" | "cuda_runtime" | "cuda_driver"
+            )
+        {
+            if let RowId::Int(pid) = &ev.pid {
+                host_pid = Some(*pid);
+            }
         }
         let thread = match &last_thread {
             Some((pid, tid, id)) if *pid == ev.pid && *tid == ev.tid => *id,
@@ -202,6 +216,7 @@ pub(crate) fn load_rows<R: Read + Send>(path: &Path, input: R) -> Result<Rows, R
         events: count,
         base_ns: trace.base_time_ns,
         metadata: trace.metadata,
+        host_pid,
     })
 }
 

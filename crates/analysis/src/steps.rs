@@ -25,6 +25,8 @@ use crate::units::Us;
 pub struct StepRow {
     /// Rank.
     pub rank: i64,
+    /// The rank's cycle, 0-based in time order (see [`crate::Placement`]).
+    pub cycle: u32,
     /// Step number `N` of `ProfilerStep#N`.
     pub step: i64,
     /// Start, ms since the rank's first event.
@@ -138,6 +140,7 @@ pub(crate) fn steps(rank: i64, rows: &Rows, sym: &Symbols, origin_ns: i64) -> Ve
             let a = acc.remove(&n).unwrap_or_default();
             StepRow {
                 rank,
+                cycle: 0,
                 step: n,
                 start_ms: (s - origin_ns) as f64 / 1e6,
                 step_time_us: Us::from_ns(e - s),
@@ -221,6 +224,7 @@ mod tests {
     fn row(rank: i64, step: i64, compute: f64, comm: f64) -> StepRow {
         StepRow {
             rank,
+            cycle: 0,
             step,
             start_ms: 0.0,
             step_time_us: Us(100.0),

@@ -722,3 +722,148 @@ fn doctor_reads_kinetraces_own_drop_counts() {
         "records were lost while capturing: kinetrace dropped 2 cupti records"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// A folder is ranks × cycles: what every command reads in it.
+
+/// One trace of a rank-less process `pid` on host `vm`, with steps `first..first+2` from `t0` µs.
+fn cycle_trace(pid: i64, t0: i64, first: i64) -> Value {
+    let mut ev = Vec::new();
+    for k in 0..2 {
+        let s = t0 + k * 1000;
+        ev.push(x(
+            "user_annotation",
+            &format!("ProfilerStep#{}", first + k),
+            pid,
+            pid,
+            json!(s),
+            json!(1000),
+            json!({}),
+        ));
+        ev.push(x(
+            "cpu_op",
+            "aten::mm",
+            pid,
+            pid,
+            json!(s + 10),
+            json!(500),
+            json!({}),
+        ));
+    }
+    json!({"schemaVersion": 1, "host_name": "vm", "traceEvents": ev})
+}
+
+#[test]
+fn the_cycles_of_one_process_are_one_rank_in_every_command() {
+    use kinetrace_analysis::{diff, doctor, DiffOptions, DoctorOptions};
+    // torch.profiler's tensorboard_trace_handler: two cycles of one worker, no rank.
+    let dir = shared_traces().join("torch_2_15_cpu");
+    let r = run(&dir);
+    assert!(r.problems.is_empty(), "{:?}", r.problems);
+    let placed: Vec<(i64, u32, u32)> = r
+        .ranks
+        .iter()
+        .map(|x| (x.rank, x.cycle, x.cycles))
+        .collect();
+    assert_eq!(placed, [(0, 0, 2), (0, 1, 2)]);
+    let steps: Vec<(u32, i64)> = r.steps.iter().map(|s| (s.cycle, s.step)).collect();
+    assert_eq!(steps, [(0, 3), (0, 4), (1, 7), (1, 8)]);
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.contains("2 traces of one process")),
+        "{:?}",
+        r.notes
+    );
+    // The ops of both cycles: two steps each, so `my_user_scope` four times.
+    let scope = r.ops.iter().find(|o| o.name == "my_user_scope").unwrap();
+    assert_eq!(scope.count, 4);
+
+    let (files, problems) = discover(std::slice::from_ref(&dir));
+    let d = doctor(&files, problems, &DoctorOptions::default(), &|_| {});
+    assert!(d.problems.is_empty(), "{:?}", d.problems);
+    let mut read: Vec<(i64, u32, u32)> = d
+        .ranks
+        .iter()
+        .map(|x| (x.rank, x.cycle, x.cycles))
+        .collect();
+    read.sort();
+    assert_eq!(read, [(0, 0, 2), (0, 1, 2)]);
+
+    let (files, problems) = discover(&[dir]);
+    let c = diff(&files, &files, problems, &DiffOptions::default(), &|_| {});
+    assert!(c.problems.is_empty(), "{:?}", c.problems);
+    assert_eq!(c.comparisons.len(), 1);
+    let c = &c.comparisons[0];
+    assert_eq!((c.base_traces, c.new_traces, c.base_steps), (2, 2, 4));
+    assert!(kinetrace_analysis::diff::scope(c).contains("merged: 2 base cycles, 2 new cycles"));
+}
+
+#[test]
+fn another_process_or_a_copy_claiming_a_rank_is_a_duplicate_in_every_command() {
+    use kinetrace_analysis::{diff, doctor, DiffOptions, DoctorOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Cycles of pid 7 given out of time order, another process (pid 8) and a copy of a cycle.
+    write(d, "a_later.json", &cycle_trace(7, 5_000_000, 10));
+    write(d, "b_earlier.json", &cycle_trace(7, 1_000_000, 2));
+    write(d, "c_other_process.json", &cycle_trace(8, 9_000_000, 0));
+    write(d, "d_copy.json", &cycle_trace(7, 5_000_000, 10));
+    let r = run(d);
+    let placed: Vec<(String, u32)> = r
+        .ranks
+        .iter()
+        .map(|x| {
+            (
+                x.file.file_name().unwrap().to_string_lossy().into_owned(),
+                x.cycle,
+            )
+        })
+        .collect();
+    assert_eq!(
+        placed,
+        [("b_earlier.json".into(), 0), ("a_later.json".into(), 1)]
+    );
+    let problems: Vec<String> = r.problems.iter().map(|p| p.to_string()).collect();
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(
+        problems[0].contains("c_other_process.json: duplicate rank 0")
+            && problems[0].contains("another process (pid 8 on vm; that one by pid 7 on vm)")
+            && problems[0].contains("no rank in either file"),
+        "{}",
+        problems[0]
+    );
+    assert!(
+        problems[1].contains("d_copy.json: duplicate rank 0")
+            && problems[1]
+                .contains("a_later.json already has it (the same process over the same time"),
+        "{}",
+        problems[1]
+    );
+
+    // doctor and diff skip the same files.
+    let (files, problems) = discover(&[d.to_owned()]);
+    let doc = doctor(&files, problems, &DoctorOptions::default(), &|_| {});
+    let skipped = |p: &[kinetrace_analysis::FileProblem]| -> Vec<String> {
+        p.iter()
+            .map(|p| p.file.file_name().unwrap().to_string_lossy().into_owned())
+            .collect()
+    };
+    assert_eq!(
+        skipped(&doc.problems),
+        ["c_other_process.json", "d_copy.json"]
+    );
+    assert_eq!(doc.ranks.len(), 2);
+    let (files, problems) = discover(&[d.to_owned()]);
+    let c = diff(&files, &files, problems, &DiffOptions::default(), &|_| {});
+    assert_eq!(
+        skipped(&c.problems),
+        [
+            "c_other_process.json",
+            "c_other_process.json",
+            "d_copy.json",
+            "d_copy.json"
+        ]
+    );
+    assert_eq!(c.comparisons[0].base_steps, 4);
+}

@@ -68,6 +68,7 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                         "idle_time_pctg",
                         "compute_time_pctg",
                         "non_compute_time_pctg",
+                        "cycle",
                     ],
                 );
                 for t in &report.temporal_breakdown {
@@ -80,14 +81,23 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                         opt(t.idle_time_pctg.get()),
                         opt(t.compute_time_pctg.get()),
                         opt(t.non_compute_time_pctg.get()),
+                        t.cycle.to_string(),
                     ]);
                 }
                 files.push(c);
             }
             Analysis::Overlap => {
-                let mut c = Csv::new(dir, "overlap.csv", &["rank", "comp_comm_overlap_pctg"]);
+                let mut c = Csv::new(
+                    dir,
+                    "overlap.csv",
+                    &["rank", "comp_comm_overlap_pctg", "cycle"],
+                );
                 for o in &report.comm_comp_overlap {
-                    c.row(&[o.rank.to_string(), opt(o.comp_comm_overlap_pctg.get())]);
+                    c.row(&[
+                        o.rank.to_string(),
+                        opt(o.comp_comm_overlap_pctg.get()),
+                        o.cycle.to_string(),
+                    ]);
                 }
                 files.push(c);
             }
@@ -109,6 +119,7 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                         "p50_us",
                         "p75_us",
                         "max_us",
+                        "cycle",
                     ],
                 );
                 for i in &report.idle_time_breakdown {
@@ -127,6 +138,7 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                         opt(s.p50),
                         opt(s.p75),
                         opt(s.max),
+                        i.cycle.to_string(),
                     ]);
                 }
                 files.push(c);
@@ -162,6 +174,7 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                         "launch_min_us",
                         "launch_max_us",
                         "launch_stddev_us",
+                        "cycle",
                     ],
                 );
                 for k in &report.kernel_breakdown {
@@ -179,6 +192,7 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                         num(k.launch_min_us.0),
                         num(k.launch_max_us.0),
                         num(k.launch_stddev_us.0),
+                        k.cycle.to_string(),
                     ]);
                 }
                 files.push(c);
@@ -223,6 +237,7 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                         "compute_us",
                         "comm_us",
                         "kernels",
+                        "cycle",
                     ],
                 );
                 for s in &report.steps {
@@ -235,6 +250,7 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                         num(s.compute_us.0),
                         num(s.comm_us.0),
                         s.kernels.to_string(),
+                        s.cycle.to_string(),
                     ]);
                 }
                 files.push(c);
@@ -261,6 +277,7 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                         "first_step_reserved_growth_bytes",
                         "later_steps_reserved_growth_bytes",
                         "first_step_note",
+                        "cycle",
                     ],
                 );
                 let mut tl = Csv::new(
@@ -272,6 +289,7 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                         "t_ms",
                         "allocated_bytes",
                         "reserved_bytes",
+                        "cycle",
                     ],
                 );
                 let o = |v: Option<i64>| v.map_or_else(String::new, |v| v.to_string());
@@ -294,6 +312,7 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                         o(m.first_step_reserved_growth_bytes),
                         o(m.later_steps_reserved_growth_bytes),
                         m.first_step_note.clone().unwrap_or_default(),
+                        m.cycle.to_string(),
                     ]);
                     for p in &m.timeline {
                         tl.row(&[
@@ -302,6 +321,7 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                             num(p.t_ms),
                             p.allocated.to_string(),
                             p.reserved.to_string(),
+                            m.cycle.to_string(),
                         ]);
                     }
                 }

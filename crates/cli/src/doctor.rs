@@ -68,6 +68,13 @@ pub fn render(report: &DoctorReport) -> String {
     ranks.dedup();
     let steps: usize = report.ranks.iter().map(|r| r.steps).sum();
     let n = report.findings.len();
+    let cycles = |rank: i64| {
+        report
+            .ranks
+            .iter()
+            .find(|r| r.rank == rank)
+            .map_or(1, |r| r.cycles)
+    };
     out.push_str(&format!(
         "{} trace{} read (rank{} {}), {} step{}: {} finding{}\n",
         report.ranks.len(),
@@ -75,7 +82,10 @@ pub fn render(report: &DoctorReport) -> String {
         if ranks.len() == 1 { "" } else { "s" },
         ranks
             .iter()
-            .map(i64::to_string)
+            .map(|&r| match cycles(r) {
+                1 => r.to_string(),
+                n => format!("{r} in cycles 0–{}", n - 1),
+            })
             .collect::<Vec<_>>()
             .join(", "),
         steps,
@@ -96,7 +106,7 @@ pub fn render(report: &DoctorReport) -> String {
     }
     for f in &report.findings {
         out.push('\n');
-        finding(f, &mut out);
+        finding(f, report.ranks.iter().any(|r| r.cycles > 1), &mut out);
     }
     out
 }
@@ -110,7 +120,7 @@ fn ranks_text(ranks: &[i64]) -> String {
     )
 }
 
-fn finding(f: &Finding, out: &mut String) {
+fn finding(f: &Finding, cycled: bool, out: &mut String) {
     out.push_str(&format!(
         "{}[{}]: {}\n",
         f.severity.as_str(),
@@ -173,8 +183,13 @@ fn finding(f: &Finding, out: &mut String) {
     if !f.examples.is_empty() {
         out.push_str("  look at (Perfetto time from the trace start; ts as in the file):\n");
         for e in &f.examples {
+            let cycle = if cycled {
+                format!(" cycle {}", e.cycle)
+            } else {
+                String::new()
+            };
             out.push_str(&format!(
-                "    rank {} at {:.3} ms: {} ({}), ts {:.3}\n",
+                "    rank {}{cycle} at {:.3} ms: {} ({}), ts {:.3}\n",
                 e.rank,
                 e.at_ms,
                 clip(&e.name, 80),

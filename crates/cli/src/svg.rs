@@ -157,18 +157,18 @@ fn temporal(body: &mut String, y: &mut f64, report: &Report) {
         ];
         let _ = writeln!(
             body,
-            r#"<text x="{}" y="{}" class="label" text-anchor="end">rank {}</text>"#,
+            r#"<text x="{}" y="{}" class="label" text-anchor="end">{}</text>"#,
             LEFT - 8.0,
             *y + BAR * 0.7,
-            t.rank
+            who(report, t.rank, t.cycle)
         );
         let mut x = LEFT;
         for ((name, color), v) in parts.iter().zip(vals) {
             let w = (v.max(0.0) / 100.0 * plot_w).min(LEFT + plot_w - x);
             let _ = writeln!(
                 body,
-                r#"<rect class="bar" x="{x:.2}" y="{y}" width="{w:.2}" height="{BAR}" fill="{color}"><title>rank {}: {} {v:.2}%</title></rect>"#,
-                t.rank,
+                r#"<rect class="bar" x="{x:.2}" y="{y}" width="{w:.2}" height="{BAR}" fill="{color}"><title>{}: {} {v:.2}%</title></rect>"#,
+                who(report, t.rank, t.cycle),
                 esc(name)
             );
             if w > 44.0 {
@@ -277,14 +277,23 @@ fn memory(body: &mut String, y: &mut f64, report: &Report) {
     }
     *y += 30.0;
     for m in series.iter().take(MAX_PANELS) {
-        let steps: Vec<&StepRow> = report.steps.iter().filter(|s| s.rank == m.rank).collect();
-        let phases: Vec<&PhaseSpan> = report.phases.iter().filter(|p| p.rank == m.rank).collect();
-        panel(body, y, m, &steps, &phases);
+        // A cycle's times count from its own trace's first event.
+        let steps: Vec<&StepRow> = report
+            .steps
+            .iter()
+            .filter(|s| (s.rank, s.cycle) == (m.rank, m.cycle))
+            .collect();
+        let phases: Vec<&PhaseSpan> = report
+            .phases
+            .iter()
+            .filter(|p| (p.rank, p.cycle) == (m.rank, m.cycle))
+            .collect();
+        panel(body, y, &who(report, m.rank, m.cycle), m, &steps, &phases);
     }
     if series.len() > MAX_PANELS {
         let rest: Vec<String> = series[MAX_PANELS..]
             .iter()
-            .map(|m| format!("rank {} {}", m.rank, device_name(m.device)))
+            .map(|m| format!("{} {}", who(report, m.rank, m.cycle), device_name(m.device)))
             .collect();
         let _ = writeln!(
             body,
@@ -312,9 +321,19 @@ fn step_path(pts: &[(f64, f64)], x_end: f64) -> String {
     d
 }
 
+/// "rank 0", or "rank 0 cycle 1" when some rank has cycles.
+fn who(report: &Report, rank: i64, cycle: u32) -> String {
+    if report.has_cycles() {
+        format!("rank {rank} cycle {cycle}")
+    } else {
+        format!("rank {rank}")
+    }
+}
+
 fn panel(
     body: &mut String,
     y: &mut f64,
+    who: &str,
     m: &MemoryDevice,
     steps: &[&StepRow],
     phases: &[&PhaseSpan],
@@ -323,8 +342,7 @@ fn panel(
     let dev = device_name(m.device);
     // Title: what peaked, when, where.
     let mut title = format!(
-        "rank {} {dev}: peak {} allocated at {:.2} ms",
-        m.rank,
+        "{who} {dev}: peak {} allocated at {:.2} ms",
         fmt_bytes(m.peak_allocated_bytes),
         m.peak_at_ms
     );

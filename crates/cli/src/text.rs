@@ -10,13 +10,7 @@ const NAME_WIDTH: usize = 70;
 /// Renders the selected analyses.
 pub fn render(report: &Report, analyses: &[Analysis], top: usize) -> String {
     let mut out = String::new();
-    let ranks: Vec<String> = report.ranks.iter().map(|r| r.rank.to_string()).collect();
-    out.push_str(&format!(
-        "{} rank{} analysed ({})\n",
-        report.ranks.len(),
-        if report.ranks.len() == 1 { "" } else { "s" },
-        ranks.join(", ")
-    ));
+    out.push_str(&header(report));
     // Without any GPU row the four GPU analyses have nothing to show: one line says so, once.
     let cpu_only = report.ranks.iter().all(|r| r.gpu_rows == 0);
     let mut said_cpu_only = false;
@@ -61,36 +55,90 @@ pub fn render(report: &Report, analyses: &[Analysis], top: usize) -> String {
     out
 }
 
+/// "2 ranks analysed (0, 1)"; with cycles, "1 rank analysed (0), 2 traces: rank 0 in cycles 0–1".
+fn header(report: &Report) -> String {
+    let mut ranks: Vec<i64> = report.ranks.iter().map(|r| r.rank).collect();
+    ranks.dedup();
+    let list: Vec<String> = ranks.iter().map(i64::to_string).collect();
+    let mut out = format!(
+        "{} rank{} analysed ({})",
+        ranks.len(),
+        if ranks.len() == 1 { "" } else { "s" },
+        list.join(", ")
+    );
+    if report.has_cycles() {
+        let cycled: Vec<String> = report
+            .ranks
+            .iter()
+            .filter(|r| r.cycles > 1 && r.cycle == 0)
+            .map(|r| format!("rank {} in cycles 0–{}", r.rank, r.cycles - 1))
+            .collect();
+        out.push_str(&format!(
+            ", {} traces: {}",
+            report.ranks.len(),
+            cycled.join(", ")
+        ));
+    }
+    out.push('\n');
+    out
+}
+
+/// The columns of a per-rank table: a `cycle` column after `rank` when some rank has cycles.
+fn cols(r: &Report, c: &[(&'static str, Align)]) -> Vec<(&'static str, Align)> {
+    let mut c = c.to_vec();
+    if r.has_cycles() {
+        c.insert(1, ("cycle", Align::Right));
+    }
+    c
+}
+
+/// A row's cells, with its cycle after the rank when the table has that column.
+fn cells(r: &Report, cycle: u32, mut v: Vec<String>) -> Vec<String> {
+    if r.has_cycles() {
+        v.insert(1, cycle.to_string());
+    }
+    v
+}
+
 fn temporal(r: &Report) -> Table {
     let mut t = Table::new(
         "GPU time per rank (temporal breakdown; most idle first)",
-        &[
-            ("rank", Align::Right),
-            ("idle", Align::Right),
-            ("compute", Align::Right),
-            ("non-compute", Align::Right),
-            ("kernel span", Align::Right),
-            ("idle %", Align::Right),
-            ("compute %", Align::Right),
-            ("non-compute %", Align::Right),
-        ],
+        &cols(
+            r,
+            &[
+                ("rank", Align::Right),
+                ("idle", Align::Right),
+                ("compute", Align::Right),
+                ("non-compute", Align::Right),
+                ("kernel span", Align::Right),
+                ("idle %", Align::Right),
+                ("compute %", Align::Right),
+                ("non-compute %", Align::Right),
+            ],
+        ),
     );
     let mut rows: Vec<_> = r.temporal_breakdown.iter().collect();
     rows.sort_by(|a, b| {
         let key = |x: &&kinetrace_analysis::hta::Temporal| x.idle_time_pctg.get().unwrap_or(-1.0);
-        key(b).total_cmp(&key(a)).then(a.rank.cmp(&b.rank))
+        key(b)
+            .total_cmp(&key(a))
+            .then((a.rank, a.cycle).cmp(&(b.rank, b.cycle)))
     });
     for x in rows {
-        t.row(vec![
-            x.rank.to_string(),
-            dur_us(x.idle_time_us.0),
-            dur_us(x.compute_time_us.0),
-            dur_us(x.non_compute_time_us.0),
-            dur_us(x.kernel_time_us.0),
-            pct(x.idle_time_pctg.get()),
-            pct(x.compute_time_pctg.get()),
-            pct(x.non_compute_time_pctg.get()),
-        ]);
+        t.row(cells(
+            r,
+            x.cycle,
+            vec![
+                x.rank.to_string(),
+                dur_us(x.idle_time_us.0),
+                dur_us(x.compute_time_us.0),
+                dur_us(x.non_compute_time_us.0),
+                dur_us(x.kernel_time_us.0),
+                pct(x.idle_time_pctg.get()),
+                pct(x.compute_time_pctg.get()),
+                pct(x.non_compute_time_pctg.get()),
+            ],
+        ));
     }
     t
 }
@@ -98,25 +146,31 @@ fn temporal(r: &Report) -> Table {
 fn overlap(r: &Report) -> Table {
     let mut t = Table::new(
         "Communication overlapped by computation (least overlap first)",
-        &[("rank", Align::Right), ("overlap %", Align::Right)],
+        &cols(r, &[("rank", Align::Right), ("overlap %", Align::Right)]),
     );
     let mut rows: Vec<_> = r.comm_comp_overlap.iter().collect();
     rows.sort_by(|a, b| {
         let key = |x: &&kinetrace_analysis::hta::Overlap| {
             x.comp_comm_overlap_pctg.get().unwrap_or(f64::INFINITY)
         };
-        key(a).total_cmp(&key(b)).then(a.rank.cmp(&b.rank))
+        key(a)
+            .total_cmp(&key(b))
+            .then((a.rank, a.cycle).cmp(&(b.rank, b.cycle)))
     });
     for x in rows {
         let v = x.comp_comm_overlap_pctg.get();
-        t.row(vec![
-            x.rank.to_string(),
-            if v.is_some() {
-                pct(v)
-            } else {
-                "- (no communication kernels)".into()
-            },
-        ]);
+        t.row(cells(
+            r,
+            x.cycle,
+            vec![
+                x.rank.to_string(),
+                if v.is_some() {
+                    pct(v)
+                } else {
+                    "- (no communication kernels)".into()
+                },
+            ],
+        ));
     }
     t
 }
@@ -124,39 +178,50 @@ fn overlap(r: &Report) -> Table {
 fn idle(r: &Report) -> Table {
     let mut t = Table::new(
         "GPU idle time per rank and stream (largest first)",
-        &[
-            ("rank", Align::Right),
-            ("stream", Align::Right),
-            ("category", Align::Left),
-            ("idle", Align::Right),
-            ("share", Align::Right),
-            ("gaps", Align::Right),
-            ("mean gap", Align::Right),
-            ("median gap", Align::Right),
-            ("max gap", Align::Right),
-        ],
+        &cols(
+            r,
+            &[
+                ("rank", Align::Right),
+                ("stream", Align::Right),
+                ("category", Align::Left),
+                ("idle", Align::Right),
+                ("share", Align::Right),
+                ("gaps", Align::Right),
+                ("mean gap", Align::Right),
+                ("median gap", Align::Right),
+                ("max gap", Align::Right),
+            ],
+        ),
     );
     let mut rows: Vec<_> = r.idle_time_breakdown.iter().collect();
     rows.sort_by(|a, b| {
-        b.idle_time_us
-            .0
-            .total_cmp(&a.idle_time_us.0)
-            .then((a.rank, a.stream, a.idle_category).cmp(&(b.rank, b.stream, b.idle_category)))
+        b.idle_time_us.0.total_cmp(&a.idle_time_us.0).then(
+            (a.rank, a.cycle, a.stream, a.idle_category).cmp(&(
+                b.rank,
+                b.cycle,
+                b.stream,
+                b.idle_category,
+            )),
+        )
     });
     let opt = |v: Option<f64>| v.map_or_else(|| "-".into(), dur_us);
     for x in rows {
         let s = &x.interval_stats;
-        t.row(vec![
-            x.rank.to_string(),
-            x.stream.to_string(),
-            x.idle_category.as_str().into(),
-            dur_us(x.idle_time_us.0),
-            pct(x.idle_time_ratio.get().map(|v| v * 100.0)),
-            s.count.to_string(),
-            opt(s.mean),
-            opt(s.p50),
-            opt(s.max),
-        ]);
+        t.row(cells(
+            r,
+            x.cycle,
+            vec![
+                x.rank.to_string(),
+                x.stream.to_string(),
+                x.idle_category.as_str().into(),
+                dur_us(x.idle_time_us.0),
+                pct(x.idle_time_ratio.get().map(|v| v * 100.0)),
+                s.count.to_string(),
+                opt(s.mean),
+                opt(s.p50),
+                opt(s.max),
+            ],
+        ));
     }
     t
 }
@@ -183,32 +248,44 @@ fn kernel_types(r: &Report) -> Table {
 fn kernels(r: &Report) -> Table {
     let mut t = Table::new(
         "Top kernels per type and rank (largest total first; mean/min/max per launch)",
-        &[
-            ("rank", Align::Right),
-            ("type", Align::Left),
-            ("kernel", Align::Left),
-            ("total", Align::Right),
-            ("launches", Align::Right),
-            ("mean", Align::Right),
-            ("min", Align::Right),
-            ("max", Align::Right),
-        ],
+        &cols(
+            r,
+            &[
+                ("rank", Align::Right),
+                ("type", Align::Left),
+                ("kernel", Align::Left),
+                ("total", Align::Right),
+                ("launches", Align::Right),
+                ("mean", Align::Right),
+                ("min", Align::Right),
+                ("max", Align::Right),
+            ],
+        ),
     );
     let mut rows: Vec<_> = r.kernel_breakdown.iter().collect();
-    rows.sort_by(|a, b| b.sum_us.0.total_cmp(&a.sum_us.0).then(a.rank.cmp(&b.rank)));
+    rows.sort_by(|a, b| {
+        b.sum_us
+            .0
+            .total_cmp(&a.sum_us.0)
+            .then((a.rank, a.cycle).cmp(&(b.rank, b.cycle)))
+    });
     for x in rows {
-        t.row(vec![
-            x.rank.to_string(),
-            x.kernel_type.as_str().to_lowercase(),
-            clip(&x.name, NAME_WIDTH),
-            dur_us(x.sum_us.0),
-            x.count.to_string(),
-            // True per-launch statistics, not HTA's (which repeat the total for listed kernels
-            // once a type has more than `num_kernels` kernels; those stay in the JSON/CSV).
-            dur_us(x.launch_mean_us.0),
-            dur_us(x.launch_min_us.0),
-            dur_us(x.launch_max_us.0),
-        ]);
+        t.row(cells(
+            r,
+            x.cycle,
+            vec![
+                x.rank.to_string(),
+                x.kernel_type.as_str().to_lowercase(),
+                clip(&x.name, NAME_WIDTH),
+                dur_us(x.sum_us.0),
+                x.count.to_string(),
+                // True per-launch statistics, not HTA's (which repeat the total for listed kernels
+                // once a type has more than `num_kernels` kernels; those stay in the JSON/CSV).
+                dur_us(x.launch_mean_us.0),
+                dur_us(x.launch_min_us.0),
+                dur_us(x.launch_max_us.0),
+            ],
+        ));
     }
     t
 }
@@ -243,15 +320,18 @@ fn ops(r: &Report) -> Table {
 fn steps(r: &Report) -> Table {
     let mut t = Table::new(
         "Steps per rank (slowest first)",
-        &[
-            ("rank", Align::Right),
-            ("step", Align::Right),
-            ("step time", Align::Right),
-            ("GPU busy", Align::Right),
-            ("compute", Align::Right),
-            ("communication", Align::Right),
-            ("kernels", Align::Right),
-        ],
+        &cols(
+            r,
+            &[
+                ("rank", Align::Right),
+                ("step", Align::Right),
+                ("step time", Align::Right),
+                ("GPU busy", Align::Right),
+                ("compute", Align::Right),
+                ("communication", Align::Right),
+                ("kernels", Align::Right),
+            ],
+        ),
     );
     let mut rows: Vec<_> = r.steps.iter().collect();
     rows.sort_by(|a, b| {
@@ -261,15 +341,19 @@ fn steps(r: &Report) -> Table {
             .then((a.rank, a.step).cmp(&(b.rank, b.step)))
     });
     for x in rows {
-        t.row(vec![
-            x.rank.to_string(),
-            x.step.to_string(),
-            dur_us(x.step_time_us.0),
-            dur_us(x.gpu_busy_us.0),
-            dur_us(x.compute_us.0),
-            dur_us(x.comm_us.0),
-            x.kernels.to_string(),
-        ]);
+        t.row(cells(
+            r,
+            x.cycle,
+            vec![
+                x.rank.to_string(),
+                x.step.to_string(),
+                dur_us(x.step_time_us.0),
+                dur_us(x.gpu_busy_us.0),
+                dur_us(x.compute_us.0),
+                dur_us(x.comm_us.0),
+                x.kernels.to_string(),
+            ],
+        ));
     }
     t
 }
@@ -296,7 +380,7 @@ fn memory_order(r: &Report) -> Vec<&kinetrace_analysis::memory::MemoryDevice> {
     rows.sort_by(|a, b| {
         b.peak_allocated_bytes
             .cmp(&a.peak_allocated_bytes)
-            .then((a.rank, a.device).cmp(&(b.rank, b.device)))
+            .then((a.rank, a.cycle, a.device).cmp(&(b.rank, b.cycle, b.device)))
     });
     rows
 }
@@ -322,11 +406,16 @@ fn memory_lines(r: &Report, top: usize) -> String {
         if let Some(ops) = &x.peak_ops {
             at.push_str(&format!(", running {ops}"));
         }
+        let who = if r.has_cycles() {
+            format!("rank {} cycle {}", x.rank, x.cycle)
+        } else {
+            format!("rank {}", x.rank)
+        };
         if !at.is_empty() {
-            out.push_str(&format!("  rank {} {dev} peak:{at}\n", x.rank));
+            out.push_str(&format!("  {who} {dev} peak:{at}\n"));
         }
         if let Some(note) = &x.first_step_note {
-            out.push_str(&format!("  rank {} {dev} first step: {note}\n", x.rank));
+            out.push_str(&format!("  {who} {dev} first step: {note}\n"));
         }
     }
     out
@@ -335,35 +424,42 @@ fn memory_lines(r: &Report, top: usize) -> String {
 fn memory(r: &Report) -> Table {
     let mut t = Table::new(
         "Memory per rank and device (highest peak first)",
-        &[
-            ("rank", Align::Right),
-            ("device", Align::Left),
-            ("peak allocated", Align::Right),
-            ("at", Align::Right),
-            ("in step", Align::Right),
-            ("peak reserved", Align::Right),
-            ("final", Align::Right),
-            ("later − first step", Align::Right),
-        ],
+        &cols(
+            r,
+            &[
+                ("rank", Align::Right),
+                ("device", Align::Left),
+                ("peak allocated", Align::Right),
+                ("at", Align::Right),
+                ("in step", Align::Right),
+                ("peak reserved", Align::Right),
+                ("final", Align::Right),
+                ("later − first step", Align::Right),
+            ],
+        ),
     );
     for x in memory_order(r) {
-        t.row(vec![
-            x.rank.to_string(),
-            if x.device < 0 {
-                "cpu".into()
-            } else {
-                format!("gpu {}", x.device)
-            },
-            bytes(x.peak_allocated_bytes),
-            format!("{:.2} ms", x.peak_at_ms),
-            x.peak_step.map_or_else(|| "-".into(), |s| s.to_string()),
-            bytes(x.peak_reserved_bytes),
-            bytes(x.final_allocated_bytes),
-            x.later_minus_first_bytes.map_or_else(
-                || "-".into(),
-                |d| format!("{}{}", if d > 0 { "+" } else { "" }, bytes(d)),
-            ),
-        ]);
+        t.row(cells(
+            r,
+            x.cycle,
+            vec![
+                x.rank.to_string(),
+                if x.device < 0 {
+                    "cpu".into()
+                } else {
+                    format!("gpu {}", x.device)
+                },
+                bytes(x.peak_allocated_bytes),
+                format!("{:.2} ms", x.peak_at_ms),
+                x.peak_step.map_or_else(|| "-".into(), |s| s.to_string()),
+                bytes(x.peak_reserved_bytes),
+                bytes(x.final_allocated_bytes),
+                x.later_minus_first_bytes.map_or_else(
+                    || "-".into(),
+                    |d| format!("{}{}", if d > 0 { "+" } else { "" }, bytes(d)),
+                ),
+            ],
+        ));
     }
     if r.memory.is_empty() {
         t.hidden = 0;

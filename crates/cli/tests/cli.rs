@@ -162,7 +162,7 @@ fn csv_and_svg_files() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let temporal = std::fs::read_to_string(csv.join("temporal.csv")).unwrap();
     let lines: Vec<&str> = temporal.lines().collect();
-    assert_eq!(lines[0], "rank,idle_time_us,compute_time_us,non_compute_time_us,kernel_time_us,idle_time_pctg,compute_time_pctg,non_compute_time_pctg");
+    assert_eq!(lines[0], "rank,idle_time_us,compute_time_us,non_compute_time_us,kernel_time_us,idle_time_pctg,compute_time_pctg,non_compute_time_pctg,cycle");
     assert!(lines[1].starts_with("0,600,800,0,1400,"), "{temporal}");
     for f in [
         "overlap.csv",

@@ -214,6 +214,73 @@ fn record_each_window_mode_and_pass_the_exit_code_through() {
 }
 
 #[test]
+fn the_cycles_of_a_schedule_are_one_rank_to_the_summary_analyze_doctor_and_diff() {
+    let w = World::new();
+    let o = w.record(
+        &["--schedule", "wait=1,warmup=1,active=2,repeat=2"],
+        &["10", "--cuda"],
+    );
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let traces = w.traces();
+    assert_eq!(traces.len(), 2, "{err}");
+    assert!(!err.contains("duplicate rank"), "{err}");
+    assert!(
+        err.contains("1 rank analysed (0), 2 traces: rank 0 in cycles 0–1"),
+        "the summary: {err}"
+    );
+    let dir = w.tmp.path().join("traces");
+    let run = |args: &[&str]| {
+        let o = output(&mut w.kinetrace(args), RUN);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o.stderr));
+        assert!(
+            !text(&o.stderr).contains("skipped"),
+            "{args:?}: {}",
+            text(&o.stderr)
+        );
+        serde_json::from_slice::<Value>(&o.stdout).unwrap()
+    };
+    let d = dir.to_str().unwrap();
+    let a = run(&["analyze", "--json", d]);
+    let cycles: Vec<(i64, i64, i64)> = a["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["rank"].as_i64().unwrap(),
+                r["cycle"].as_i64().unwrap(),
+                r["cycles"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(cycles, [(0, 0, 2), (0, 1, 2)]);
+    let steps: Vec<(i64, i64)> = a["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["cycle"].as_i64().unwrap(), s["step"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(steps, [(0, 2), (0, 3), (1, 6), (1, 7)]);
+    let doc = run(&["doctor", "--json", d]);
+    let read: Vec<(i64, i64)> = doc["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["rank"].as_i64().unwrap(), r["cycle"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(read.len(), 2);
+    assert!(read.contains(&(0, 0)) && read.contains(&(0, 1)), "{read:?}");
+    let diff = run(&["diff", "--json", d, d]);
+    let c = &diff["comparisons"][0];
+    assert_eq!(
+        (c["base_traces"].as_i64(), c["new_traces"].as_i64()),
+        (Some(2), Some(2))
+    );
+    assert_eq!(c["base_steps"], 4);
+}
+
+#[test]
 fn record_then_trigger_mid_run() {
     let w = World::new();
     let ready = w.tmp.path().join("ready");

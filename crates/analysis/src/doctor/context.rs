@@ -309,6 +309,7 @@ impl<'a> Ctx<'a> {
         let r = self.row(i);
         Example {
             rank: self.rank,
+            cycle: 0,
             name: self.name(i).to_owned(),
             at_ms: (r.ts - self.origin) as f64 / 1e6,
             ts_us: (r.ts - self.rows.base_ns.unwrap_or(0)) as f64 / 1000.0,
@@ -320,6 +321,7 @@ impl<'a> Ctx<'a> {
     pub fn span_example(&self, name: String, ts: i64, end: i64) -> Example {
         Example {
             rank: self.rank,
+            cycle: 0,
             name,
             at_ms: (ts - self.origin) as f64 / 1e6,
             ts_us: (ts - self.rows.base_ns.unwrap_or(0)) as f64 / 1000.0,

@@ -21,7 +21,9 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::hta::Symbols;
-use crate::load::{map_sources, read_rank, FileProblem, Progress, RankSource, TraceSource};
+use crate::load::{
+    map_sources, place, read_rank, FileProblem, Progress, RankSource, TraceKey, TraceSource,
+};
 use crate::steps::{steps, StepRow};
 use crate::units::{Num, Us};
 
@@ -105,6 +107,8 @@ pub struct Evidence {
 pub struct Example {
     /// Rank.
     pub rank: i64,
+    /// The rank's cycle (its trace), 0-based in time order.
+    pub cycle: u32,
     /// The event's name (or what the span is).
     pub name: String,
     /// ms since the rank's first event: where Perfetto's timeline shows it.
@@ -148,6 +152,10 @@ pub struct Finding {
 pub struct DoctorRank {
     /// Rank.
     pub rank: i64,
+    /// The rank's cycle, 0-based in time order (see [`crate::Placement`]).
+    pub cycle: u32,
+    /// How many cycles of the rank were read.
+    pub cycles: u32,
     /// The file.
     pub file: PathBuf,
     /// Where the rank came from.
@@ -167,7 +175,7 @@ pub struct DoctorRank {
 pub struct DoctorReport {
     /// [`SCHEMA_VERSION`].
     pub schema_version: u32,
-    /// The files read, in input order.
+    /// The files read, in input order (duplicates of a rank are problems instead).
     pub ranks: Vec<DoctorRank>,
     /// Inputs that could not be read.
     pub problems: Vec<FileProblem>,
@@ -190,6 +198,7 @@ pub struct DoctorOptions {
 }
 
 struct RankResult {
+    key: TraceKey,
     info: DoctorRank,
     findings: Vec<Finding>,
     steps: RankSteps,
@@ -209,6 +218,7 @@ impl RankSteps {
         let ts_ns = self.origin_ns as f64 + s.start_ms * 1e6 - self.base_ns.unwrap_or(0) as f64;
         Example {
             rank: s.rank,
+            cycle: s.cycle,
             name: format!("ProfilerStep#{}", s.step),
             at_ms: s.start_ms,
             ts_us: ts_ns.round() / 1000.0,
@@ -237,18 +247,35 @@ pub fn doctor_sources(
     progress: &(dyn Fn(&Progress<'_>) + Sync),
 ) -> DoctorReport {
     let results = map_sources(sources, opts.jobs, progress, &examine);
+    let read: Vec<RankResult> = results
+        .into_iter()
+        .filter_map(|r| r.map_err(|p| problems.push(p)).ok())
+        .collect();
+    let placed = place(&read.iter().map(|r| &r.key).collect::<Vec<_>>());
     let mut ranks = Vec::new();
     let mut findings = Vec::new();
     let mut all_steps: Vec<RankSteps> = Vec::new();
-    for r in results {
-        match r {
-            Ok(r) => {
-                all_steps.push(r.steps);
-                ranks.push(r.info);
-                findings.extend(r.findings);
+    for (mut r, p) in read.into_iter().zip(placed) {
+        let p = match p {
+            Ok(p) => p,
+            Err(e) => {
+                problems.push(e);
+                continue;
             }
-            Err(p) => problems.push(p),
+        };
+        r.info.cycle = p.cycle;
+        r.info.cycles = p.cycles;
+        for s in &mut r.steps.rows {
+            s.cycle = p.cycle;
         }
+        for f in &mut r.findings {
+            for e in &mut f.examples {
+                e.cycle = p.cycle;
+            }
+        }
+        all_steps.push(r.steps);
+        ranks.push(r.info);
+        findings.extend(r.findings);
     }
     findings.extend(straggler_rank(&all_steps));
     problems.sort_by(|a, b| a.file.cmp(&b.file));
@@ -269,8 +296,11 @@ fn examine(source: &TraceSource) -> Result<RankResult, FileProblem> {
     let step_rows = steps(rank, &rows, &sym, ctx.origin);
     let gpu_events = (0..ctx.len()).filter(|&i| ctx.kind(i).is_gpu()).count();
     Ok(RankResult {
+        key: TraceKey::new(source.path(), &rows, rank, rank_source),
         info: DoctorRank {
             rank,
+            cycle: 0,
+            cycles: 1,
             file: source.path().to_owned(),
             rank_source,
             events: rows.events,
