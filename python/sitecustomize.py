@@ -7,6 +7,10 @@ each boundary turns PyTorch's op recording on or off to match kinetrace's window
 Costs almost nothing at start-up: torch is not imported here; the hook is registered by a
 meta-path finder the moment the job itself imports ``torch.optim``. ``KINETRACE_OPTIMIZER_HOOK=0``
 turns the hook off (for jobs that call ``kinetrace.step()`` themselves).
+
+Also registers, in Python's ``atexit``, the save of the capture in progress: Ctrl-C's unhandled
+KeyboardInterrupt ends Python by killing itself with SIGINT after finalising, so the shim's C exit
+handler never runs.
 """
 
 import os
@@ -99,7 +103,23 @@ def _shim_path():
     return path if os.path.basename(path).startswith("libkinetrace") else None
 
 
+def _save_at_exit():
+    """Python's ``atexit`` (registered first, so it runs last): saves the capture in progress.
+    An unhandled KeyboardInterrupt (Ctrl-C) ends Python by killing itself with SIGINT after
+    finalising, past the shim's C exit handler; this runs during that finalisation."""
+    try:
+        import kinetrace
+
+        kinetrace._save_at_exit()
+    except Exception:
+        pass
+
+
 _chain_other_sitecustomize()
+if _shim_path():
+    import atexit
+
+    atexit.register(_save_at_exit)
 _TORCH_OPS = os.environ.get("KINETRACE_TORCH_OPS", "1") != "0"
 if _TORCH_OPS and not os.environ.get("NVTX_INJECTION64_PATH"):
     # PyTorch's op ranges go through NVTX, which loads its tool at its first call: point it at the

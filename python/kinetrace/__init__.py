@@ -14,6 +14,7 @@ The shim (``libkinetrace.so``, preloaded by ``kinetrace record`` or named in ``L
 unmodified PyTorch scripts need no call at all.
 """
 
+import atexit
 import ctypes
 import os
 
@@ -34,6 +35,7 @@ def _shim():
         main = ctypes.CDLL(None)
         main.kinetrace_step  # preloaded: in the global scope
         _lib = main
+        atexit.register(_save_at_exit)
         return _lib
     except (OSError, AttributeError):
         pass
@@ -44,9 +46,22 @@ def _shim():
         try:
             _lib = ctypes.CDLL(path)
             _lib.kinetrace_step
+            atexit.register(_save_at_exit)
         except (OSError, AttributeError):
             _lib = False
     return _lib
+
+
+def _save_at_exit():
+    """Saves a capture in progress now, from Python's ``atexit``: an unhandled KeyboardInterrupt
+    (Ctrl-C) ends Python by killing itself with SIGINT after finalising, so the shim's C exit
+    handler never runs. Saving twice is harmless (the second call finds nothing to save)."""
+    lib = _shim()
+    if lib:
+        try:
+            lib.kinetrace_save_at_exit()
+        except AttributeError:  # a shim older than this module
+            pass
 
 
 def step():

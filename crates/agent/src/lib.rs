@@ -21,8 +21,10 @@ The life of a process ([`state`] draws it):
   (multiprocessing workers report none of their own, and may leave with `os._exit`): only
   initialising CUDA itself starts it, and then rank selection applies as usual. Exec'd children
   start afresh.
-- At exit ([`at_exit`]) a capture in progress is saved within [`EXIT_BUDGET`]; past it the
-  unfinished files are removed and the process exits anyway, leaving no partial trace.
+- At exit ([`at_exit`]), when a Python interpreter finalises (Ctrl-C's KeyboardInterrupt ends
+  Python past C's exit handlers), and when SIGINT, SIGTERM or SIGHUP ends the process
+  ([`at_fatal_signal`]), a capture in progress is saved within [`EXIT_BUDGET`]; past it the
+  unfinished files are removed and the process ends anyway, leaving no partial trace.
 - Starting also removes, on a helper thread, what processes of the same user on this host left
   when they were killed or left with `_exit` (spools, temporary traces, control sockets).
 - If another CUPTI client takes over ([`foreign_cupti_client`]) or another tool is injected,
@@ -35,7 +37,7 @@ shim's panic hook ([`panicked`]), never on the job's stderr; a panic while start
 off for good.
 
 Files: `process.rs` (the process state and the entry points), `state.rs` (phases and the pure
-transition function), `start.rs` (configuration → profiler), `serve.rs` (the control thread and
+transition function), `start.rs` (configuration → profiler), `exit.rs` (the save at the end), `serve.rs` (the control thread and
 requests), `cleanup.rs` (what killed processes left), `log.rs` (the log channel and panics),
 `config/` (the key table and parser), `control/` (protocol, server, client, path confinement).
 */
@@ -45,6 +47,7 @@ requests), `cleanup.rs` (what killed processes left), `log.rs` (the log channel 
 mod cleanup;
 pub mod config;
 pub mod control;
+mod exit;
 mod log;
 pub mod ops;
 mod process;
@@ -52,12 +55,14 @@ mod serve;
 mod start;
 pub mod state;
 
+pub use exit::signal_name;
 pub use kinetrace::rocm_tool;
 pub use log::{log, panicked, StderrWriter};
 pub use process::{
-    after_fork_child, at_exit, cuda_initializing, foreign_cupti_client, is_running, nvtx_attach,
-    nvtx_pop, nvtx_push, nvtx_range, range_pop, range_push, set_library_path, set_peer_uid,
-    set_stderr_writer, signal_received, step, torch_state, Install, EXIT_BUDGET,
+    after_fork_child, at_exit, at_fatal_signal, cuda_initializing, foreign_cupti_client,
+    is_running, nvtx_attach, nvtx_pop, nvtx_push, nvtx_range, range_pop, range_push,
+    set_library_path, set_peer_uid, set_stderr_writer, signal_received, step, torch_state, Install,
+    EXIT_BUDGET,
 };
 pub use serve::SubmitError;
 pub use start::{loaded_cupti_paths, no_cuda_message, StartError};

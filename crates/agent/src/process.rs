@@ -7,7 +7,6 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
-use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -17,6 +16,7 @@ use kinetrace_core::session::LogFn;
 
 use crate::config::{glob_matches, Config};
 use crate::control::PeerUid;
+use crate::exit::{Ending, ExitSave};
 use crate::log::{fallback_log, on_panic, StderrWriter, STOPS};
 use crate::start::{env_vars, start};
 use crate::state::{Event, Outcome, Phase, PhaseCell};
@@ -38,6 +38,8 @@ pub(crate) struct Running {
     pub stop: Arc<AtomicBool>,
     /// The control socket, removed at exit.
     pub control_path: Mutex<Option<PathBuf>>,
+    /// The save at the end (see `exit.rs`).
+    pub exit: ExitSave,
 }
 
 /// What the embedding (the shim) supplies, once, from its constructor.
@@ -101,7 +103,8 @@ pub(crate) static PROCESS: Process = Process {
 /// What the shim must install after a call that started the profiler.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Install {
-    /// Register the exit handler (once per process).
+    /// Register the exit handlers (once per process): the `atexit` handler, and the handlers that
+    /// save the capture when SIGINT, SIGTERM or SIGHUP ends the process (see `exit.rs`).
     pub atexit: bool,
     /// Install the SIGUSR2 handler (`KINETRACE_SIGNAL` is on).
     pub sigusr2: bool,
@@ -352,60 +355,32 @@ pub fn foreign_cupti_client() {
     }
 }
 
-/// Process exit: save a capture in progress within [`EXIT_BUDGET`], remove the control socket.
+/// Process exit (the C `atexit` handler, or a Python interpreter finalising): save a capture in
+/// progress within [`EXIT_BUDGET`], remove the control socket.
 pub fn at_exit() {
+    end(Ending::Exit)
+}
+
+/// A signal whose default action ends the process (SIGINT, SIGTERM, SIGHUP) arrived: the same
+/// save as [`at_exit`], called by the shim's signal thread before the signal takes its default
+/// action (see `exit.rs`).
+pub fn at_fatal_signal(signal: i32) {
+    end(Ending::Signal(signal))
+}
+
+fn end(ending: Ending) {
     if PROCESS.phase.get() != Phase::Running {
         return;
     }
     let Some(r) = running() else { return };
     r.stop.store(true, Ordering::Relaxed);
-    if let Some(p) = r
-        .control_path
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take()
-    {
-        let _ = std::fs::remove_file(p);
+    // try_lock: the thread a signal interrupted may hold it; the next process removes the socket.
+    if let Ok(mut path) = r.control_path.try_lock() {
+        if let Some(p) = path.take() {
+            let _ = std::fs::remove_file(p);
+        }
     }
-    let (tx, rx) = std::sync::mpsc::channel();
-    let spawned = std::thread::Builder::new()
-        .name("kinetrace-exit".into())
-        .spawn(move || {
-            on_panic("the capture in progress is not saved", || {
-                // Test hook (outside the KINETRACE_ key space on purpose): a slow save, so the exit
-                // budget can be tested without depending on how fast this machine writes.
-                if let Some(ms) = std::env::var("_KINETRACE_TEST_EXIT_DELAY_MS")
-                    .ok()
-                    .and_then(|v| v.parse::<u64>().ok())
-                {
-                    std::thread::sleep(Duration::from_millis(ms));
-                }
-                let written = r.profiler.close();
-                let _ = tx.send(written);
-            })
-        });
-    let gave_up = match spawned {
-        Err(_) => Some("could not start saving the capture in progress at exit".to_string()),
-        Ok(_) => match rx.recv_timeout(EXIT_BUDGET) {
-            Ok(_) => None,
-            Err(RecvTimeoutError::Timeout) => Some(format!(
-                "gave up saving the capture in progress after {} s at exit",
-                EXIT_BUDGET.as_secs()
-            )),
-            // The save panicked (the panic hook said where).
-            Err(RecvTimeoutError::Disconnected) => {
-                Some("saving the capture in progress failed at exit".to_string())
-            }
-        },
-    };
-    if let Some(why) = gave_up {
-        // The save may still be writing: its spool and temporary trace go now, and nothing is
-        // renamed into place after this, so what the line says stays true.
-        kinetrace::export::writer::abandon_unfinished();
-        (r.log)(&format!(
-            "{why}; its unfinished files were removed and no trace file was left"
-        ));
-    }
+    crate::exit::save(r, ending);
     PROCESS.phase.apply(Event::Exit);
 }
 

@@ -452,7 +452,7 @@ pub fn run_record(plan: RecordPlan, signals: &Forwarder) -> Result<ExitCode> {
     signals.ended();
     let status = child.wait().context("waiting for the command")?;
     if plan.disabled.is_none() {
-        report(&plan);
+        report(&plan, status);
     }
     Ok(crate::signals::exit_like(status))
 }
@@ -592,8 +592,10 @@ fn build_torch_ext(python: &Path, python_path: &std::ffi::OsStr) {
     }
 }
 
-/// Lists what was written, removes leftovers of processes that died mid-write, prints the summary.
-fn report(plan: &RecordPlan) {
+/// Lists what was written, removes leftovers of processes that died mid-write, prints the summary;
+/// says how the job ended when a signal ended it (see [`crate::ending`]).
+fn report(plan: &RecordPlan, status: std::process::ExitStatus) {
+    let ended = crate::ending::describe(status);
     let mut traces = Vec::new();
     for p in walk(&plan.run_dir) {
         let name = p
@@ -621,15 +623,14 @@ fn report(plan: &RecordPlan) {
     }
     if traces.is_empty() {
         eprintln!(
-            "kinetrace: no traces in {}: no process initialised CUDA or reported a step, or none was selected (see --ranks, the messages above or --log)",
-            plan.run_dir.display()
+            "{}",
+            crate::ending::no_traces(ended.as_deref(), removed, &plan.run_dir)
         );
         return;
     }
     eprintln!(
-        "kinetrace: {} trace(s) in {}:",
-        traces.len(),
-        plan.run_dir.display()
+        "{}",
+        crate::ending::listing_header(ended.as_deref(), &traces, &plan.run_dir)
     );
     for t in &traces {
         let size = std::fs::metadata(t).map(|m| m.len()).unwrap_or(0);

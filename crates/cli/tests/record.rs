@@ -535,6 +535,74 @@ fn record_dies_of_the_signal_that_killed_the_command() {
     assert_eq!(o.status.code(), Some(9));
 }
 
+/// `kinetrace record` of the stand-in job for the whole run (steps every 5 ms, printed), every
+/// signal at its default as from a terminal (see [`record_sh`]), not yet waited for.
+fn record_endless_train(w: &World) -> Watched {
+    let c = w.kinetrace(&[]);
+    let mut wrapped = Command::new("env");
+    wrapped
+        .arg("--default-signal")
+        .arg(c.get_program())
+        .args(["record", "-o", "traces", "--"])
+        .arg(&built().train)
+        .args(["100000", "--cuda", "--sleep-ms", "5", "--progress"])
+        .current_dir(w.tmp.path())
+        .stdin(Stdio::null());
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => wrapped.env(k, v),
+            None => wrapped.env_remove(k),
+        };
+    }
+    Watched::spawn(&mut wrapped)
+}
+
+/// Ctrl-C on a whole-run recording, sent to `record` alone (forwarded to the job) and to the whole
+/// process group (the job gets it directly and, forwarded, a second time): the job dies of SIGINT,
+/// the trace of what was recorded is written, `record` says so in its last lines (no "removed
+/// incomplete files", no "no process reported a step") and dies of SIGINT too (130 in a shell).
+#[test]
+fn ctrl_c_on_a_whole_run_recording_keeps_the_trace_and_says_so() {
+    for group in [false, true] {
+        let w = World::new();
+        let r = record_endless_train(&w).wait_for_stdout("fake_train: step 3\n", RUN);
+        let pid = rustix::process::Pid::from_raw(r.id() as i32).unwrap();
+        if group {
+            rustix::process::kill_process_group(pid, rustix::process::Signal::INT).unwrap();
+        } else {
+            rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+        }
+        let o = r.finish(RUN);
+        let err = text(&o.stderr);
+        assert_eq!(
+            o.status.signal(),
+            Some(2),
+            "group {group}: {:?}: {err}",
+            o.status
+        );
+        let traces = w.traces();
+        assert_eq!(traces.len(), 1, "group {group}: {err}");
+        let (steps, kernels) = steps(&traces[0]);
+        assert!(
+            kernels.contains(&3) && steps.contains(&3),
+            "{steps:?} {kernels:?}"
+        );
+        let last = steps.last().unwrap();
+        assert!(
+            err.contains(&format!(
+                "kinetrace: the job was interrupted (SIGINT) in step {last}; 1 trace(s) of what was recorded in "
+            )),
+            "group {group}: {err}"
+        );
+        assert!(!err.contains("incomplete file"), "{err}");
+        assert!(!err.contains("no traces"), "{err}");
+        assert!(
+            err.contains("Steps per rank"),
+            "the summary still comes: {err}"
+        );
+    }
+}
+
 /// The `n` pids the kernel is likely to hand out after `last`, wrapping at `pid_max` (to 300 in
 /// the first pid namespace, lower in others: the low ones are all included).
 fn next_pids(last: u32, n: u32) -> Vec<u32> {

@@ -9,6 +9,7 @@
 //! fake_train STEPS [--cuda] [--sleep-ms MS] [--takeover-at N] [--exit-code C]
 //!            [--ready-file PATH] [--wait-file PATH] [--stop-file PATH] [--default-sigpipe]
 //!            [--fork-at N|start [--child-cuda] [--child-exit exit|_exit]]
+//!            [--progress] [--on-sigint-exit C]
 //! ```
 //! Prints `fake_train: done N steps` (N = STEPS, or fewer with `--stop-file`: the job stops at the
 //! first step boundary where that file exists, so a test that talks to it while it runs does not
@@ -21,6 +22,10 @@
 //! multiprocessing workers); the parent waits for it and prints `fake_train: child status S`.
 //! `--default-sigpipe` restores SIGPIPE's default action (Rust programs ignore it; C programs do
 //! not), so a write to a closed pipe kills the process as it would kill a C job.
+//! `--progress` prints `fake_train: step N` after each step call. `--on-sigint-exit C` handles
+//! SIGINT itself, as a job with a Ctrl-C handler does (installed before anything else): the handler
+//! sets a flag, and the job stops at the next step boundary, prints `fake_train: interrupted` and
+//! exits with code C.
 
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::time::Duration;
@@ -91,6 +96,8 @@ struct Fork {
     child_cuda: bool,
     underscore_exit: bool,
     sleep: Duration,
+    /// Print `fake_train: child PID started` first (with `--progress`).
+    progress: bool,
 }
 
 /// Forks; the child reports three steps and leaves, the parent waits for it.
@@ -101,6 +108,10 @@ fn fork_here(fork: &Fork, step_fn: Option<unsafe extern "C" fn()>) {
     // SAFETY: (test program) fork; the child only steps, maybe loads the libraries, and leaves.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
+        if fork.progress {
+            println!("fake_train: child {} started", std::process::id());
+            let _ = std::io::stdout().flush();
+        }
         let mut keep = Vec::new();
         let launch = fork.child_cuda.then(|| init_cuda(&mut keep));
         for step in 0..3 {
@@ -125,8 +136,21 @@ fn fork_here(fork: &Fork, step_fn: Option<unsafe extern "C" fn()>) {
     println!("fake_train: child status {status}");
 }
 
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: c_int) {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    let on_sigint_exit: Option<i32> =
+        arg_after(&args, "--on-sigint-exit").and_then(|s| s.parse().ok());
+    if on_sigint_exit.is_some() {
+        // SAFETY: (test program) a handler that only stores an atomic.
+        unsafe { libc::signal(libc::SIGINT, on_sigint as extern "C" fn(c_int) as usize) };
+    }
+    let progress = args.iter().any(|a| a == "--progress");
     let steps: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(3);
     let cuda = args.iter().any(|a| a == "--cuda");
     let sleep = Duration::from_millis(
@@ -139,6 +163,7 @@ fn main() {
         child_cuda: args.iter().any(|a| a == "--child-cuda"),
         underscore_exit: arg_after(&args, "--child-exit").as_deref() == Some("_exit"),
         sleep,
+        progress,
     };
     let takeover_at: Option<u64> = arg_after(&args, "--takeover-at").and_then(|s| s.parse().ok());
     let exit_code: i32 = arg_after(&args, "--exit-code")
@@ -200,6 +225,18 @@ fn main() {
         if let Some(f) = step_fn {
             // SAFETY: (test program) `void kinetrace_step(void)`.
             unsafe { f() };
+        }
+        if progress {
+            use std::io::Write;
+            println!("fake_train: step {step}");
+            let _ = std::io::stdout().flush();
+        }
+        if let (Some(code), true) = (
+            on_sigint_exit,
+            INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed),
+        ) {
+            println!("fake_train: interrupted");
+            std::process::exit(code);
         }
         if fork_at.as_deref() == Some(step.to_string().as_str()) {
             fork_here(&fork, step_fn);

@@ -1,6 +1,8 @@
 //! `libkinetrace.so` built again as an example: `cargo test -p kinetrace-preload` builds examples
 //! but not a cdylib-only library, so the tests load this fresh copy. Same source as the library.
 
+#[path = "../src/exit_signals.rs"]
+mod exit_signals;
 #[path = "../src/nvtx.rs"]
 mod nvtx;
 #[path = "../src/report.rs"]

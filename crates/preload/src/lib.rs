@@ -5,7 +5,8 @@ constructor then points `CUDA_INJECTION64_PATH` at itself if that is unset) or n
 
 This crate holds only the C entry points and the few libc calls the safe facade cannot make
 (`atexit`, `pthread_atfork`, `sigaction`, `setenv`, `dladdr`, `SO_PEERCRED`, and the signal mask
-around stderr writes so a closed pipe cannot raise SIGPIPE). Every entry point is wrapped in
+around stderr writes so a closed pipe cannot raise SIGPIPE), and the handlers that keep the trace
+when SIGINT, SIGTERM or SIGHUP ends the job (`exit_signals.rs`). Every entry point is wrapped in
 `catch_unwind` and forwards to `kinetrace-agent`, where the behaviour lives: dormant until CUDA
 initialises or a step is reported, then one session per process. The constructor installs a panic
 hook that turns a panic of kinetrace code into one log line (nothing on the job's stderr).
@@ -16,6 +17,8 @@ Exports:
   constructor sets when `KINETRACE_STEP_NVTX` is, and the `sitecustomize` in PyTorch processes):
   matching NVTX ranges mark steps, and pushed ranges become spans inside windows (PyTorch's ops).
 - `kinetrace_step()`: marks a step (iteration) boundary; the Python module calls it.
+- `kinetrace_save_at_exit()`: saves a capture in progress now; the `sitecustomize` calls it from
+  Python's `atexit` (an unhandled KeyboardInterrupt ends Python past C's exit handlers).
 - `kinetrace_is_active()`: 1 while this process profiles.
 - `kinetrace_torch_state()`, `kinetrace_range_push()`, `kinetrace_range_pop()`, `kinetrace_log()`:
   what the Python side uses to turn PyTorch's ops on inside windows and to record module ranges.
@@ -29,6 +32,7 @@ Exports:
 */
 #![deny(missing_docs)]
 
+mod exit_signals;
 mod nvtx;
 mod report;
 mod shim;
@@ -37,7 +41,7 @@ mod torch_ops;
 pub use nvtx::InitializeInjectionNvtx2;
 pub use shim::{
     cuptiActivityRegisterCallbacks, kinetrace_is_active, kinetrace_log, kinetrace_range_pop,
-    kinetrace_range_push, kinetrace_step, kinetrace_torch_state, rocprofiler_configure,
-    InitializeInjection,
+    kinetrace_range_push, kinetrace_save_at_exit, kinetrace_step, kinetrace_torch_state,
+    rocprofiler_configure, InitializeInjection,
 };
 pub use torch_ops::{kinetrace_op_begin, kinetrace_op_end};

@@ -181,10 +181,10 @@ enum Kind {
 }
 
 fn on_message(kind: Kind, message: &str) {
-    let install = match kind {
+    let install = crate::shim::starting(|| match kind {
         Kind::Push => agent::nvtx_push(message),
         Kind::Start => agent::nvtx_range(message),
-    };
+    });
     crate::shim::install_after(install);
 }
 

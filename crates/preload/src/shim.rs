@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use kinetrace_agent as agent;
 
+use crate::exit_signals::blocked;
+
 /// Runs when the library is loaded (`LD_PRELOAD`, the driver's `dlopen`, or `ctypes`).
 #[used]
 #[link_section = ".init_array"]
@@ -50,7 +52,7 @@ extern "C" fn on_load() {
 /// `KINETRACE_STEP_NVTX`, PyTorch's ops inside windows).
 fn roctx_push(message: &CStr) {
     if agent::nvtx_attach() {
-        install(agent::nvtx_push(&message.to_string_lossy()));
+        install(starting(|| agent::nvtx_push(&message.to_string_lossy())));
     }
 }
 
@@ -86,7 +88,7 @@ pub unsafe extern "C" fn rocprofiler_configure(
 /// The SDK initialised kinetrace's tool by itself: a ROCm runtime is starting, which is to ROCm
 /// what `InitializeInjection` is to CUDA.
 fn rocm_initialized() {
-    let _ = catch_unwind(|| install(agent::cuda_initializing()));
+    let _ = catch_unwind(|| install(blocked(agent::cuda_initializing)));
 }
 
 /// This library's file, found with `dladdr` on one of its own functions.
@@ -140,10 +142,22 @@ pub(crate) fn install_after(what: agent::Install) {
     install(what)
 }
 
+/// Runs an entry point that may start profiling: until this process profiles, with SIGINT,
+/// SIGTERM and SIGHUP blocked, so the threads starting creates never take them from the job (see
+/// `exit_signals.rs`); once it does, as it is (no cost on the per-op paths).
+pub(crate) fn starting<R>(f: impl FnOnce() -> R) -> R {
+    if agent::is_running() {
+        f()
+    } else {
+        blocked(f)
+    }
+}
+
 fn install(what: agent::Install) {
     if what.atexit && !ATEXIT_DONE.swap(true, Ordering::AcqRel) {
         // SAFETY: registers a plain `extern "C"` function that never unwinds.
         unsafe { libc::atexit(on_exit) };
+        crate::exit_signals::install();
     }
     if what.sigusr2 {
         // SAFETY: a zeroed sigaction is a valid "query" argument; `old` is a valid out-pointer.
@@ -164,11 +178,14 @@ fn install(what: agent::Install) {
 }
 
 extern "C" fn on_exit() {
-    let _ = catch_unwind(agent::at_exit);
+    // Blocked: the exit thread it starts inherits the mask, and a signal arriving meanwhile waits
+    // for the save (then takes its default action).
+    let _ = catch_unwind(|| blocked(agent::at_exit));
 }
 
 extern "C" fn atfork_child() {
     let _ = catch_unwind(|| {
+        crate::exit_signals::after_fork_child();
         if let Some(fd) = agent::after_fork_child() {
             // SAFETY: the descriptor is the control socket this process opened; the child never uses
             // its copy (the listening thread does not exist here) and nothing else owns it.
@@ -186,7 +203,7 @@ extern "C" fn on_sigusr2(_signal: c_int) {
 /// fail CUDA initialisation.
 #[no_mangle]
 pub extern "C" fn InitializeInjection() -> c_int {
-    let _ = catch_unwind(|| install(agent::cuda_initializing()));
+    let _ = catch_unwind(|| install(blocked(agent::cuda_initializing)));
     1
 }
 
@@ -194,7 +211,16 @@ pub extern "C" fn InitializeInjection() -> c_int {
 /// this process on first use if CUDA has not already. Cheap when the process is not profiling.
 #[no_mangle]
 pub extern "C" fn kinetrace_step() {
-    let _ = catch_unwind(|| install(agent::step()));
+    let _ = catch_unwind(|| install(starting(agent::step)));
+}
+
+/// The job is ending: saves a capture in progress now, within the exit budget, as the process's
+/// exit handler would. The `sitecustomize` calls it from Python's `atexit`: Python ends an
+/// unhandled KeyboardInterrupt (Ctrl-C) by killing itself with SIGINT after finalising, so C exit
+/// handlers never run there. Does nothing when the process is not profiling or already saved.
+#[no_mangle]
+pub extern "C" fn kinetrace_save_at_exit() {
+    let _ = catch_unwind(|| blocked(agent::at_exit));
 }
 
 /// 1 while this process profiles, else 0.
