@@ -489,6 +489,9 @@ mod tests {
             compute_us: Us(0.0),
             comm_us: Us(0.0),
             kernels: 0,
+            partial: false,
+            collective_us: Us(0.0),
+            collective: None,
         }
     }
 

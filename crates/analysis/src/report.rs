@@ -9,7 +9,7 @@ use crate::hta::{IdleRow, KernelRow, Overlap, Temporal};
 use crate::load::{place, FileProblem, Placement, RankSource, RankSummary, TraceKey};
 use crate::memory::{MemoryDevice, PhaseSpan};
 use crate::ops::{OpKind, OpStat};
-use crate::steps::{straggler, StepRow, Straggler};
+use crate::steps::{straggler, StepRow, Straggler, StragglerVerdict};
 use crate::units::{Num, Us};
 
 /// One analysed rank.
@@ -88,6 +88,8 @@ pub struct Report {
     pub steps: Vec<StepRow>,
     /// The straggler rank, with two or more ranks sharing steps.
     pub straggler: Option<Straggler>,
+    /// Why there is no straggler, when there is none.
+    pub no_straggler: Option<StragglerVerdict>,
     /// Memory per rank and device.
     pub memory: Vec<MemoryDevice>,
     /// Forward / backward / optimizer phases of each step, for ranks with memory samples.
@@ -157,6 +159,7 @@ pub(crate) fn build(
         ops: Vec::new(),
         steps: Vec::new(),
         straggler: None,
+        no_straggler: None,
         memory: Vec::new(),
         phases: Vec::new(),
     };
@@ -291,7 +294,10 @@ pub(crate) fn build(
             .then_with(|| (a.kind, &a.name).cmp(&(b.kind, &b.name)))
     });
     report.ops = ops;
-    report.straggler = straggler(&report.steps);
+    match straggler(&report.steps) {
+        Ok(s) => report.straggler = Some(s),
+        Err(why) => report.no_straggler = Some(why),
+    }
     report.comm_comp_overlap.sort_by_key(|o| (o.rank, o.cycle));
     problems.sort_by(|a, b| a.file.cmp(&b.file));
     report.problems = problems;

@@ -238,6 +238,7 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                         "comm_us",
                         "kernels",
                         "cycle",
+                        "partial",
                     ],
                 );
                 for s in &report.steps {
@@ -251,6 +252,7 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                         num(s.comm_us.0),
                         s.kernels.to_string(),
                         s.cycle.to_string(),
+                        s.partial.to_string(),
                     ]);
                 }
                 files.push(c);

@@ -318,60 +318,145 @@ fn ops(r: &Report) -> Table {
 }
 
 fn steps(r: &Report) -> Table {
-    let mut t = Table::new(
-        "Steps per rank (slowest first)",
-        &cols(
-            r,
-            &[
-                ("rank", Align::Right),
-                ("step", Align::Right),
-                ("step time", Align::Right),
-                ("GPU busy", Align::Right),
-                ("compute", Align::Right),
-                ("communication", Align::Right),
-                ("kernels", Align::Right),
-            ],
-        ),
-    );
+    // Without a kernel in any step (a CPU-only job) the GPU columns would be zeros: the CPU's
+    // split (outside collectives, in collectives, and which one) is shown instead.
+    let cpu_only = r.steps.iter().all(|s| s.kernels == 0);
+    let collectives = r.steps.iter().any(|s| s.collective_us.0 > 0.0);
+    let columns: &[(&str, Align)] = if cpu_only && !collectives {
+        &[
+            ("rank", Align::Right),
+            ("step", Align::Right),
+            ("step time", Align::Right),
+        ]
+    } else if cpu_only {
+        &[
+            ("rank", Align::Right),
+            ("step", Align::Right),
+            ("step time", Align::Right),
+            ("outside collectives", Align::Right),
+            ("in collectives", Align::Right),
+            ("collective", Align::Left),
+        ]
+    } else {
+        &[
+            ("rank", Align::Right),
+            ("step", Align::Right),
+            ("step time", Align::Right),
+            ("GPU busy", Align::Right),
+            ("compute", Align::Right),
+            ("communication", Align::Right),
+            ("kernels", Align::Right),
+        ]
+    };
+    let mut t = Table::new("Steps per rank (slowest first)", &cols(r, columns));
+    // A partial step (the capture ended inside it) is listed last, marked, never ranked.
     let mut rows: Vec<_> = r.steps.iter().collect();
     rows.sort_by(|a, b| {
-        b.step_time_us
-            .0
-            .total_cmp(&a.step_time_us.0)
+        a.partial
+            .cmp(&b.partial)
+            .then(b.step_time_us.0.total_cmp(&a.step_time_us.0))
             .then((a.rank, a.step).cmp(&(b.rank, b.step)))
     });
     for x in rows {
-        t.row(cells(
-            r,
-            x.cycle,
-            vec![
-                x.rank.to_string(),
-                x.step.to_string(),
-                dur_us(x.step_time_us.0),
+        let step = if x.partial {
+            format!("{} partial", x.step)
+        } else {
+            x.step.to_string()
+        };
+        let mut v = vec![x.rank.to_string(), step, dur_us(x.step_time_us.0)];
+        if !cpu_only {
+            v.extend([
                 dur_us(x.gpu_busy_us.0),
                 dur_us(x.compute_us.0),
                 dur_us(x.comm_us.0),
                 x.kernels.to_string(),
-            ],
-        ));
+            ]);
+        } else if collectives {
+            v.extend([
+                dur_us((x.step_time_us.0 - x.collective_us.0).max(0.0)),
+                dur_us(x.collective_us.0),
+                x.collective.clone().unwrap_or_default(),
+            ]);
+        }
+        t.row(cells(r, x.cycle, v));
     }
     t
 }
 
 fn straggler_line(r: &Report) -> String {
-    match &r.straggler {
-        Some(s) => format!(
-            "  straggler: rank {} had the most compute in {} of {} shared steps ({} per step vs \
-             {} on the other ranks, which spent {} per step in communication)\n",
+    let partial: Vec<String> = r
+        .steps
+        .iter()
+        .filter(|s| s.partial)
+        .map(|s| format!("rank {} step {}", s.rank, s.step))
+        .collect();
+    let note = if partial.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "  partial: {} — the capture ended inside it (the run's end or an interruption), \
+             so it holds teardown or part of an iteration; left out of step statistics\n",
+            partial.join(", ")
+        )
+    };
+    note + &straggler_text(r) + "\n"
+}
+
+/// The straggler sentence: who is slow, who waits for it how long and where; or why none is named.
+fn straggler_text(r: &Report) -> String {
+    use kinetrace_analysis::steps::{Basis, StragglerVerdict};
+    if let Some(s) = &r.straggler {
+        let what = match s.basis {
+            Basis::Gpu => "compute kernel time",
+            Basis::Cpu => "CPU time outside collectives",
+        };
+        let wait_in = s
+            .wait_in
+            .as_deref()
+            .map(|c| format!("in {c}"))
+            .unwrap_or_else(|| match s.basis {
+                Basis::Gpu => "in communication kernels".into(),
+                Basis::Cpu => "in collectives".into(),
+            });
+        return format!(
+            "  straggler: rank {} is slow ({} per step of {what} vs {} on the other ranks; the \
+             slowest in {} of {} shared steps); rank {} waits {} per step {wait_in} for it",
             s.rank,
-            s.slowest_in_steps,
-            s.steps_compared,
             dur_us(s.mean_compute_us.0),
             dur_us(s.others_mean_compute_us.0),
-            dur_us(s.others_mean_comm_us.0)
-        ),
-        None => "  straggler: needs two or more ranks with the same ProfilerStep numbers\n".into(),
+            s.slowest_in_steps,
+            s.steps_compared,
+            s.waiting_rank,
+            dur_us(s.waiting_rank_wait_us.0),
+        );
     }
+    let why = match &r.no_straggler {
+        Some(StragglerVerdict::OneRank) | None => {
+            "one rank only: nothing to compare it with".to_string()
+        }
+        Some(StragglerVerdict::NoSharedStep) => {
+            "the ranks share no whole step (ProfilerStep numbers differ)".to_string()
+        }
+        Some(StragglerVerdict::NoBasis) => {
+            "no basis to compare the ranks: no GPU kernel and no collective in their steps"
+                .to_string()
+        }
+        Some(StragglerVerdict::Even {
+            basis,
+            slowest_us,
+            others_us,
+        }) => format!(
+            "none: the ranks are even ({} per step of {} on the slowest, {} on the others, \
+             within 5% of a step)",
+            dur_us(slowest_us.0),
+            match basis {
+                Basis::Gpu => "compute kernel time",
+                Basis::Cpu => "CPU time outside collectives",
+            },
+            dur_us(others_us.0)
+        ),
+    };
+    format!("  straggler: {why}")
 }
 
 /// Memory devices, highest peak first.

@@ -120,6 +120,12 @@ pub struct TraceMeta {
     pub cycle: u32,
 }
 
+/// The top-level key of a trace whose capture ended inside a step (at exit, on a signal, when
+/// stepping aside) rather than at a step boundary: its value is that step's number, and its
+/// `ProfilerStep#N` is partial (it runs to the end of the capture: a run's teardown, or the part
+/// of an interrupted iteration that was done), so analyses leave it out of step statistics.
+pub const PARTIAL_STEP_KEY: &str = "kinetrace_partial_step";
+
 /// What a sink produced for one window.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TraceOutput {

@@ -144,6 +144,12 @@ impl<'a> Ctx<'a> {
             }
         }
         windows.sort_by_key(|w| (w.ts, w.number));
+        // A step the capture's end cut short is no step's time (see `crate::steps`).
+        if let Some(partial) = crate::steps::partial_step(rows) {
+            if windows.iter().any(|w| w.number != partial) {
+                windows.retain(|w| w.number != partial);
+            }
+        }
         let has_steps = !windows.is_empty();
         let origin = all.iter().map(|r| r.ts).min().unwrap_or(0);
         if !has_steps {

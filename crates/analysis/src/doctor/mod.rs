@@ -24,7 +24,7 @@ use crate::hta::Symbols;
 use crate::load::{
     map_sources, place, read_rank, FileProblem, Progress, RankSource, TraceKey, TraceSource,
 };
-use crate::steps::{steps, StepRow};
+use crate::steps::{steps, Basis, StepRow};
 use crate::units::{Num, Us};
 
 use context::Ctx;
@@ -449,7 +449,7 @@ fn straggler_rank(all: &[RankSteps]) -> Option<Finding> {
     // rank -> step -> compute/comm; a rank seen in two files with the same step is ambiguous.
     let mut by_rank: BTreeMap<i64, BTreeMap<i64, (&StepRow, &RankSteps)>> = BTreeMap::new();
     for r in all {
-        for s in &r.rows {
+        for s in r.rows.iter().filter(|s| !s.partial) {
             by_rank.entry(s.rank).or_default().insert(s.step, (s, r));
         }
     }
@@ -465,15 +465,37 @@ fn straggler_rank(all: &[RankSteps]) -> Option<Finding> {
     if shared.len() < 2 {
         return None;
     }
+    // GPU kernels if any rank has some in these steps, else CPU time outside collectives (see
+    // `crate::steps`); no straggler from zeros.
+    let rows = || {
+        shared
+            .iter()
+            .flat_map(|n| by_rank.values().map(move |m| m[n].0))
+    };
+    let basis = if rows().any(|s| s.kernels > 0) {
+        Basis::Gpu
+    } else {
+        Basis::Cpu
+    };
+    let no_basis = match basis {
+        Basis::Gpu => rows().all(|s| s.compute_us.0 == 0.0),
+        Basis::Cpu => rows().all(|s| s.collective_us.0 == 0.0),
+    };
+    if no_basis {
+        return None;
+    }
     let median = |mut v: Vec<f64>| -> f64 {
         v.sort_by(f64::total_cmp);
         crate::stats::quantile_sorted(&v, 0.5).unwrap_or(0.0)
     };
     let mut wins: BTreeMap<i64, usize> = BTreeMap::new();
     for n in &shared {
-        let slowest = by_rank
-            .iter()
-            .max_by(|a, b| a.1[n].0.compute_us.0.total_cmp(&b.1[n].0.compute_us.0))?;
+        let slowest = by_rank.iter().max_by(|a, b| {
+            a.1[n]
+                .0
+                .compute_on(basis)
+                .total_cmp(&b.1[n].0.compute_on(basis))
+        })?;
         *wins.entry(*slowest.0).or_default() += 1;
     }
     let (&rank, &won) = wins.iter().max_by_key(|(r, w)| (**w, -**r))?;
@@ -491,10 +513,11 @@ fn straggler_rank(all: &[RankSteps]) -> Option<Finding> {
             .filter(|(r, _)| **r != rank)
             .map(|(_, m)| m[n].0)
             .collect();
-        let e = mine.compute_us.0 - median(others.iter().map(|s| s.compute_us.0).collect());
+        let e =
+            mine.compute_on(basis) - median(others.iter().map(|s| s.compute_on(basis)).collect());
         extra += e;
         step_time += mine.step_time_us.0;
-        others_comm += median(others.iter().map(|s| s.comm_us.0).collect());
+        others_comm += median(others.iter().map(|s| s.wait_on(basis)).collect());
         per_step.push((e, steps.example(mine)));
     }
     // The steps where it was furthest behind.
@@ -512,14 +535,20 @@ fn straggler_rank(all: &[RankSteps]) -> Option<Finding> {
     let evidence = by_rank
         .iter()
         .map(|(&r, m)| {
-            let compute: f64 = shared.iter().map(|n| m[n].0.compute_us.0).sum();
-            let comm: f64 = shared.iter().map(|n| m[n].0.comm_us.0).sum();
+            let compute: f64 = shared.iter().map(|n| m[n].0.compute_on(basis)).sum();
+            let comm: f64 = shared.iter().map(|n| m[n].0.wait_on(basis)).sum();
             Evidence {
                 rank: r,
-                what: format!(
-                    "compute per step (communication {} per step)",
-                    crate::units::fmt_us(comm / k)
-                ),
+                what: match basis {
+                    Basis::Gpu => format!(
+                        "compute per step (communication {} per step)",
+                        crate::units::fmt_us(comm / k)
+                    ),
+                    Basis::Cpu => format!(
+                        "CPU time outside collectives per step (in collectives {} per step)",
+                        crate::units::fmt_us(comm / k)
+                    ),
+                },
                 count: shared.len() as u64,
                 count_per_step: 1.0,
                 time_us: Us(compute),
@@ -531,13 +560,42 @@ fn straggler_rank(all: &[RankSteps]) -> Option<Finding> {
         rule: STRAGGLER_RANK.id,
         title: STRAGGLER_RANK.title,
         severity: STRAGGLER_RANK.severity,
-        summary: format!(
-            "rank {rank} had the most compute in {won} of {} shared steps, {} per step more than \
-             the median rank; the other ranks spent a median {} per step in communication",
-            shared.len(),
-            crate::units::fmt_us(extra),
-            crate::units::fmt_us(others_comm)
-        ),
+        summary: match basis {
+            Basis::Gpu => format!(
+                "rank {rank} had the most compute in {won} of {} shared steps, {} per step more \
+                 than the median rank; the other ranks spent a median {} per step in \
+                 communication",
+                shared.len(),
+                crate::units::fmt_us(extra),
+                crate::units::fmt_us(others_comm)
+            ),
+            Basis::Cpu => {
+                let wait_in = shared
+                    .iter()
+                    .flat_map(|n| {
+                        by_rank
+                            .iter()
+                            .filter(|(r, _)| **r != rank)
+                            .map(move |(_, m)| m[n].0)
+                    })
+                    .filter_map(|s| s.collective.as_deref())
+                    .fold(BTreeMap::<&str, usize>::new(), |mut m, c| {
+                        *m.entry(c).or_default() += 1;
+                        m
+                    })
+                    .into_iter()
+                    .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(a.0)))
+                    .map_or_else(|| "collectives".to_string(), |(c, _)| c.to_string());
+                format!(
+                    "rank {rank} is slow: in {won} of {} shared steps it had the most CPU time \
+                     outside collectives, {} per step more than the median rank; the other ranks \
+                     wait a median {} per step in {wait_in} for it",
+                    shared.len(),
+                    crate::units::fmt_us(extra),
+                    crate::units::fmt_us(others_comm)
+                )
+            }
+        },
         ranks: vec![rank],
         cost_per_step_us: Some(Us(extra.round())),
         cost_share: Some(Num::ratio(extra, step_time)),

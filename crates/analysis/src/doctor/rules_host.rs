@@ -229,7 +229,12 @@ pub(super) fn host_stall(ctx: &Ctx<'_>) -> Option<Finding> {
             Kind::CpuOp | Kind::Runtime => !ctx.is_step_row(i),
             Kind::Annotation | Kind::Python => {
                 let n = ctx.name(i);
-                n.contains("DataLoader") || (n.contains("dataloader.py") && n.contains("__next__"))
+                n.contains("DataLoader")
+                    || (n.contains("dataloader.py") && n.contains("__next__"))
+                    // Waiting in a collective (gloo's annotation on its own thread) is waiting
+                    // for the other ranks, not a stall of this one: the straggler finding says
+                    // whom it waits for.
+                    || crate::steps::is_host_collective(n)
             }
             _ => false,
         };

@@ -17,7 +17,7 @@ use super::{lock, SessionConfig, Shared, TraceReadyCallback};
 use crate::activity::{Activity, ActivitySet, CpuSpan, Detail, OpArgs};
 use crate::clock::{TickConverter, Ticks, UnixNanos};
 use crate::recorder::{self, CpuRecord};
-use crate::source::{Sink, SinkFactory, TraceMeta, TraceOutput, WindowInfo};
+use crate::source::{Sink, SinkFactory, TraceMeta, TraceOutput, WindowInfo, PARTIAL_STEP_KEY};
 
 /// Records held between a window's end and the start of the next one, or drained before their
 /// window's start was applied, at most (beyond it they are counted as dropped).
@@ -120,6 +120,8 @@ struct Window {
     last_tid: Option<u32>,
     /// What the sources said when the window stopped.
     sources: Option<SourcesSeen>,
+    /// The step the window's end cut short (see `Command::Stop`).
+    partial_step: Option<u64>,
 }
 
 /// What a window's trace says of the sources, taken when it stopped.
@@ -287,10 +289,15 @@ impl Collector {
                 let at = self.time_of(at);
                 self.start(at, cycle, sinks, lost, rest, shared)
             }
-            Command::Stop { at, lost } => {
+            Command::Stop {
+                at,
+                lost,
+                partial_step,
+            } => {
                 let at = self.time_of(at);
                 if let Some(w) = self.window.as_mut() {
                     w.ring_drops = lost.saturating_sub(w.ring_drops);
+                    w.partial_step = partial_step;
                 }
                 self.stop(at, rest, shared)
             }
@@ -335,6 +342,7 @@ impl Collector {
             threads: HashMap::new(),
             last_tid: None,
             sources: None,
+            partial_step: None,
         }
     }
 
@@ -611,6 +619,9 @@ impl Collector {
             ));
         }
         metadata.extend(self.metadata.iter().cloned());
+        if let Some(step) = w.partial_step {
+            metadata.push((PARTIAL_STEP_KEY.to_string(), step.to_string()));
+        }
         let mut thread_names: Vec<(u32, String)> = w
             .threads
             .iter()

@@ -35,6 +35,10 @@ pub(super) enum Command {
         at: Stamp,
         /// [`recorder::lost_records`] at `at`.
         lost: u64,
+        /// The step this end cut short (its `ProfilerStep` ended here, not at a step boundary):
+        /// the trace says so (`kinetrace_partial_step`), so analyses leave it out of step
+        /// statistics.
+        partial_step: Option<u64>,
     },
     /// Write the stopped window's trace.
     TraceReady,
@@ -92,6 +96,8 @@ pub(super) struct Control {
     /// when given one), otherwise from the first `step()` call on.
     pub record_steps: bool,
     pub step_span: Option<StepSpan>,
+    /// The step an ending capture cuts short, for its `Stop` (see [`Command::Stop`]).
+    pub partial_step: Option<u64>,
     pub started: Instant,
     pub shutdown: bool,
     /// The on-demand capture pending or in progress.
@@ -127,6 +133,7 @@ impl Control {
             cycle: 0,
             record_steps: matches!(config.trigger, Trigger::Schedule(_)),
             step_span: None,
+            partial_step: None,
             started: Instant::now(),
             shutdown: false,
             request: None,
@@ -228,9 +235,11 @@ impl Control {
                 SessionCommand::Stop => {
                     recorder::set_active(false);
                     let at = self.stamp(SessionCommand::Stop);
+                    let partial_step = self.partial_step.take();
                     self.push(Command::Stop {
                         at,
                         lost: recorder::lost_records(),
+                        partial_step,
                     });
                 }
                 SessionCommand::TraceReady => {
@@ -323,9 +332,12 @@ impl Control {
 
     /// Ends a capture in progress now (saving it; a warm-up is discarded) and goes idle.
     pub fn end_capture(&mut self, shared: &Shared) {
+        // The step in progress ends here, not at a step boundary: its trace marks it partial.
+        self.partial_step = self.step_span.as_ref().map(|s| s.step);
         self.close_step_span();
         let exit = commands_on_exit(self.action);
         self.run(exit, shared);
+        self.partial_step = None;
         self.action = ProfilerAction::None;
         self.settle(shared);
     }

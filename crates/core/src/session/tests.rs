@@ -701,3 +701,71 @@ fn device_work_of_later_windows_stays_out_of_a_lagging_collectors_window() {
         ]
     );
 }
+
+/// Keeps each trace's `kinetrace_partial_step` metadata.
+struct PartialSink {
+    out: Arc<Mutex<Vec<Option<String>>>>,
+}
+
+impl Sink for PartialSink {
+    fn record(&mut self, _: &Activity) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn finish(self: Box<Self>, meta: &TraceMeta) -> std::io::Result<TraceOutput> {
+        let partial = meta
+            .metadata
+            .iter()
+            .find(|(k, _)| k == crate::source::PARTIAL_STEP_KEY)
+            .map(|(_, v)| v.clone());
+        self.out.lock().unwrap().push(partial);
+        Ok(TraceOutput {
+            path: None,
+            events: 0,
+            cycle: meta.cycle,
+        })
+    }
+}
+
+/// A capture that ends at a step boundary has no partial step; one that the end of the session
+/// cuts (exit, a signal) names the step it cut, whose `ProfilerStep` ran to that end.
+#[test]
+fn a_capture_cut_by_the_end_of_the_session_names_its_partial_step() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let out: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
+    let factory = {
+        let out = out.clone();
+        Box::new(move |_cycle: u32| -> std::io::Result<Box<dyn Sink>> {
+            Ok(Box::new(PartialSink { out: out.clone() }))
+        })
+    };
+    let session = loop {
+        let config = SessionConfig {
+            trigger: Trigger::OnDemand,
+            log: Arc::new(|_| {}),
+            ..SessionConfig::default()
+        };
+        match Session::start(config, Vec::new(), factory.clone(), None) {
+            Ok(s) => break s,
+            Err(SessionError::AlreadyRunning) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    };
+    let (req, done) = with_done(CaptureRequest::new(
+        CaptureStart::Now,
+        CaptureLength::Steps(2),
+    ));
+    session.request_capture(req).unwrap();
+    session.step();
+    session.step();
+    assert!(done.recv_timeout(Duration::from_secs(60)).unwrap().is_ok());
+    session
+        .request_capture(CaptureRequest::new(
+            CaptureStart::Now,
+            CaptureLength::Steps(10),
+        ))
+        .unwrap();
+    session.step();
+    session.step();
+    session.close();
+    // Steps 0 and 1 whole; then steps 2, 3 and the cut 4.
+    assert_eq!(*out.lock().unwrap(), vec![None, Some("4".to_string())]);
+}
