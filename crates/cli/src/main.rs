@@ -22,7 +22,22 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match cli::Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => match record::missing_dashes_tip(&e, &args) {
+            Some(tip) => {
+                // clap's message, the tip before its usage line.
+                let text = e.render().to_string();
+                match text.find("\nUsage:") {
+                    Some(i) => eprint!("{}\n{tip}\n{}", &text[..i], &text[i..]),
+                    None => eprint!("{text}{tip}\n"),
+                }
+                return ExitCode::from(2);
+            }
+            None => e.exit(),
+        },
+    };
     let result = match cli.command {
         cli::Command::Analyze(args) => args.plan().and_then(analyze::run_analyze),
         cli::Command::Doctor(args) => args.plan().and_then(doctor::run_doctor),

@@ -39,6 +39,59 @@ EXAMPLES:
   kinetrace record --duration 2s --delay 30s --ranks 0,8 --gzip -- ./launch.sh
   kinetrace record --on-demand -o traces -- python serve.py   (then: kinetrace trigger --all --iterations 3)";
 
+/// A tip for `kinetrace record python train.py`, which clap refuses as an unexpected argument: the
+/// command goes after `--`. `args` are the whole command line; `None` when the error is another.
+pub fn missing_dashes_tip(err: &clap::Error, args: &[OsString]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if err.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(bad)) = err.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    if bad.starts_with('-') {
+        return None;
+    }
+    let record = args.iter().position(|a| a == "record")?;
+    let at = args
+        .iter()
+        .skip(record + 1)
+        .position(|a| a == bad.as_str())?
+        + record
+        + 1;
+    let words = |v: &[OsString]| {
+        v.iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let options = words(&args[record + 1..at]);
+    let options = if options.is_empty() {
+        String::new()
+    } else {
+        format!("{options} ")
+    };
+    Some(format!(
+        "  tip: the command to record goes after `--`: kinetrace record {options}-- {}",
+        words(&args[at..])
+    ))
+}
+
+/// The configuration key each value-taking option sets, for errors that name the option.
+const FLAG_OF_KEY: &[(&str, &str)] = &[
+    ("KINETRACE_ITERATIONS", "--iterations"),
+    ("KINETRACE_START_ITERATION", "--start-iteration"),
+    ("KINETRACE_STEPS", "--steps"),
+    ("KINETRACE_DURATION", "--duration"),
+    ("KINETRACE_DELAY", "--delay"),
+    ("KINETRACE_SCHEDULE", "--schedule"),
+    ("KINETRACE_RANKS", "--ranks"),
+    ("KINETRACE_ACTIVITIES", "--activities"),
+    ("KINETRACE_SIGNAL", "--signal"),
+    ("KINETRACE_STEP_NVTX", "--step-nvtx"),
+    ("KINETRACE_LOG", "--log"),
+];
+
 /// `kinetrace record`.
 #[derive(Debug, Args)]
 #[command(after_help = RECORD_AFTER_HELP)]
@@ -221,6 +274,14 @@ impl RecordArgs {
             "KINETRACE_LOG",
             self.log.map(|p| abs(&cwd, &p).display().to_string()),
         );
+        // A value typed as a flag is checked alone first: a malformed one stops here, before the
+        // job starts, naming the flag. (A malformed environment, which production jobs inherit,
+        // still runs the job unprofiled, below.)
+        if let Err(e) = Config::from_vars(&set, |p| std::fs::read_to_string(p)) {
+            if let Some((_, flag)) = FLAG_OF_KEY.iter().find(|(k, _)| *k == e.key) {
+                bail!("{flag}: {}; nothing was run", e.message);
+            }
+        }
         let run_dir = match self.output {
             Some(d) => abs(&cwd, &d),
             None => cwd.join("kinetrace-traces").join(default_run_name(program)),
@@ -842,19 +903,35 @@ mod tests {
     }
 
     #[test]
-    fn bad_values_disable_profiling_with_the_key_table_message() {
+    fn a_bad_flag_stops_before_the_job_naming_the_flag_and_a_bad_environment_runs_it_unprofiled() {
+        for (flag, value, says) in [
+            (
+                "--iterations",
+                "three",
+                "`three` is not an integer; expected an integer >= 1",
+            ),
+            ("--iterations", "0", "expected an integer >= 1"),
+            ("--schedule", "wait=x", "--schedule: "),
+            ("--duration", "2 parsecs", "--duration: "),
+            ("--ranks", "a-b", "--ranks: "),
+        ] {
+            let e = plan(&["kinetrace", "record", flag, value, "--", "true"], &[])
+                .err()
+                .unwrap_or_else(|| panic!("{flag} {value} was accepted"))
+                .to_string();
+            assert!(
+                e.starts_with(&format!("{flag}: ")) && e.contains(says),
+                "{flag} {value}: {e}"
+            );
+            assert!(e.ends_with("; nothing was run"), "{e}");
+        }
         let p = plan(
-            &["kinetrace", "record", "--iterations", "three", "--", "true"],
-            &[],
+            &["kinetrace", "record", "--", "true"],
+            &[("KINETRACE_ITERATIONS", "0")],
         )
         .unwrap();
         let why = p.disabled.unwrap();
-        assert!(
-            why.contains(
-                "KINETRACE_ITERATIONS: `three` is not an integer; expected an integer >= 1"
-            ),
-            "{why}"
-        );
+        assert!(why.starts_with("KINETRACE_ITERATIONS: "), "{why}");
         let p = plan(
             &["kinetrace", "record", "--", "true"],
             &[("KINETRACE_GZPI", "1")],
@@ -889,6 +966,23 @@ mod tests {
             plan(&["kinetrace", "record", "x"], &[]).is_err(),
             "the command follows --"
         );
+    }
+
+    #[test]
+    fn a_command_without_dashes_gets_a_tip() {
+        let args: Vec<OsString> = ["kinetrace", "record", "--gzip", "python", "train.py", "-x"]
+            .map(OsString::from)
+            .to_vec();
+        let err = crate::cli::Cli::try_parse_from(&args).unwrap_err();
+        assert_eq!(
+            missing_dashes_tip(&err, &args).as_deref(),
+            Some("  tip: the command to record goes after `--`: kinetrace record --gzip -- python train.py -x")
+        );
+        let args: Vec<OsString> = ["kinetrace", "record", "--bogus", "--", "x"]
+            .map(OsString::from)
+            .to_vec();
+        let err = crate::cli::Cli::try_parse_from(&args).unwrap_err();
+        assert_eq!(missing_dashes_tip(&err, &args), None);
     }
 
     #[test]

@@ -368,12 +368,22 @@ fn record_then_trigger_mid_run() {
 }
 
 #[test]
-fn a_malformed_option_runs_the_command_untouched() {
+fn a_malformed_option_stops_before_the_job_and_a_malformed_environment_runs_it_unprofiled() {
     let w = World::new();
-    let o = w.record(
-        &["--iterations", "many"],
-        &["3", "--cuda", "--exit-code", "5"],
+    // Typed at the keyboard: nothing runs, exit 2, the flag is named.
+    let o = w.record(&["--iterations", "0"], &["3", "--cuda", "--exit-code", "5"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(text(&o.stdout), "", "the job did not run");
+    assert_eq!(
+        text(&o.stderr),
+        "kinetrace: --iterations: `0` is 0; expected an integer >= 1, such as 3; nothing was run\n"
     );
+    // Inherited from the environment (a production job's configuration): the job runs, unprofiled.
+    let mut c = w.kinetrace(&["record", "-o", "traces", "--"]);
+    c.arg(&built().train)
+        .args(["3", "--cuda", "--exit-code", "5"])
+        .env("KINETRACE_ITERATIONS", "many");
+    let o = output(&mut c, RUN);
     assert_eq!(o.status.code(), Some(5));
     assert_eq!(text(&o.stdout), "fake_train: done 3 steps\n");
     assert_eq!(
@@ -388,6 +398,16 @@ fn a_malformed_option_runs_the_command_untouched() {
     assert_eq!(o.status.code(), Some(127));
     assert!(
         text(&o.stderr).contains("could not find an executable with the name /nonexistent/program")
+    );
+    // The command without `--`: clap's refusal, with the line to type instead.
+    let o = output(&mut w.kinetrace(&["record", "python", "train.py"]), RUN);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains(
+            "tip: the command to record goes after `--`: kinetrace record -- python train.py"
+        ),
+        "{}",
+        text(&o.stderr)
     );
 }
 
