@@ -65,4 +65,4 @@ pub use process::{
     EXIT_BUDGET,
 };
 pub use serve::SubmitError;
-pub use start::{loaded_cupti_paths, no_cuda_message, StartError};
+pub use start::{loaded_cupti_paths, no_cuda_message, StartError, MEMORY_WITHOUT_CUDA};

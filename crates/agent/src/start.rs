@@ -151,6 +151,9 @@ pub(crate) fn start(with_cuda: bool) -> Result<Option<Running>, StartError> {
             profiler.add_gpu();
         } else {
             log(no_cuda_message(&maps));
+            if config.activities.contains(kinetrace::ActivityType::Memory) {
+                log(MEMORY_WITHOUT_CUDA);
+            }
         }
     }
     if let Some(r) = request {
@@ -183,6 +186,12 @@ fn foreign_injection(vars: &[(String, String)]) -> Option<String> {
     };
     (!same).then(|| v.clone())
 }
+
+/// What `--memory` (`KINETRACE_MEMORY`) gives a process without CUDA, said when it starts so.
+pub const MEMORY_WITHOUT_CUDA: &str = "--memory (KINETRACE_MEMORY) records the CUDA driver's \
+     allocations, and this process has no CUDA yet: no [memory] events are recorded until it \
+     initialises CUDA; PyTorch's allocator (CPU and GPU tensors, what torch.profiler's \
+     profile_memory=True records) is kinetrace record --profile-memory";
 
 /// The one line logged when profiling starts at a step before CUDA initialised: no driver loaded
 /// (a CPU-only run, or a machine without NVIDIA's driver), or CUDA loaded but not yet initialised.

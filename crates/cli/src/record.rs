@@ -123,7 +123,8 @@ pub struct RecordArgs {
     /// Only these ranks profile (RANK, else LOCAL_RANK, else 0), e.g. 0,8 or 0-3.
     #[arg(long, value_name = "LIST")]
     pub ranks: Option<String>,
-    /// Also record allocations and frees.
+    /// Also record the CUDA driver's allocations and frees ([memory] events; nothing on a
+    /// CPU-only job, which says so).
     #[arg(long)]
     pub memory: bool,
     /// Write .pt.trace.json.gz.

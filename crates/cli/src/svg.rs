@@ -223,7 +223,7 @@ fn memory(body: &mut String, y: &mut f64, report: &Report) {
     if series.is_empty() {
         let _ = writeln!(
             body,
-            r#"<text x="{LEFT}" y="{}" class="small">no [memory] events in the traces (record with profile_memory=True)</text>"#,
+            r#"<text x="{LEFT}" y="{}" class="small">no [memory] events in the traces: record PyTorch's allocator with kinetrace record --profile-memory (torch.profiler: profile_memory=True), or the CUDA driver's allocations with --memory</text>"#,
             *y + 12.0
         );
         *y += 24.0;

@@ -472,8 +472,17 @@ fn memory_order(r: &Report) -> Vec<&kinetrace_analysis::memory::MemoryDevice> {
 
 /// Per device (as many as the table shows): what ran at the peak, and the first step against
 /// the later ones in one line.
+/// Where memory numbers come from, when the traces have none.
+pub const NO_MEMORY_EVENTS: &str = "  no [memory] events in the traces: record PyTorch's \
+     allocator (CPU and GPU tensors) with kinetrace record --profile-memory (torch.profiler: \
+     profile_memory=True), or the CUDA driver's allocations with --memory (nothing on a CPU-only \
+     job)\n";
+
 fn memory_lines(r: &Report, top: usize) -> String {
     let mut out = String::new();
+    if r.memory.is_empty() {
+        out.push_str(NO_MEMORY_EVENTS);
+    }
     let shown = if top == 0 { usize::MAX } else { top };
     for x in memory_order(r).into_iter().take(shown) {
         let dev = if x.device < 0 {

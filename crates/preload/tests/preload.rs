@@ -1387,3 +1387,30 @@ fn a_hip_job_is_profiled_through_rocprofiler_sdk() {
     assert_eq!(t.meta("rocprofiler_sdk_version"), Some("1.1.0"));
     assert_eq!(w.log_text(), "", "nothing to report");
 }
+
+/// `--memory` means the CUDA driver's allocations: on a process without CUDA it records nothing,
+/// and one line says so and names what records PyTorch's allocator; with CUDA, no such line.
+#[test]
+fn memory_on_a_process_without_cuda_says_what_is_not_recorded() {
+    let w = World::new();
+    let mut c = w.preloaded(fake_train(), &["3"]);
+    c.env("KINETRACE_WHOLE_RUN", "1")
+        .env("KINETRACE_MEMORY", "1");
+    let o = run(c);
+    assert_eq!(o.status.code(), Some(0));
+    let log = w.log_text();
+    assert!(
+        log.contains(kinetrace_agent::MEMORY_WITHOUT_CUDA),
+        "log:\n{log}"
+    );
+    assert!(
+        log.contains("kinetrace record --profile-memory"),
+        "names kinetrace's own option: {log}"
+    );
+    let w = World::new();
+    let mut c = w.preloaded(fake_train(), &["3", "--cuda"]);
+    c.env("KINETRACE_WHOLE_RUN", "1")
+        .env("KINETRACE_MEMORY", "1");
+    assert_eq!(run(c).status.code(), Some(0));
+    assert!(!w.log_text().contains("--memory"), "{}", w.log_text());
+}
