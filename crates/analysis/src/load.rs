@@ -321,6 +321,8 @@ pub struct Options {
     pub jobs: usize,
     /// Points per memory timeline.
     pub memory_points: usize,
+    /// The op table tells ops apart by `Input Dims` too (`key_averages(group_by_input_shape=True)`).
+    pub ops_by_shape: bool,
 }
 
 impl Default for Options {
@@ -329,6 +331,7 @@ impl Default for Options {
             hta: HtaOptions::default(),
             jobs: 0,
             memory_points: 400,
+            ops_by_shape: false,
         }
     }
 }
@@ -363,7 +366,7 @@ pub(crate) fn summarize(source: &TraceSource, opts: &Options) -> Result<RankSumm
     std::thread::scope(|scope| {
         let ops = std::thread::Builder::new()
             .name("kinetrace-ops".into())
-            .spawn_scoped(scope, || op_table(&rows, &sym))
+            .spawn_scoped(scope, || op_table(&rows, &sym, opts.ops_by_shape))
             .ok();
         let mut summary = summarize_rows(path, &rows, rank, rank_source, &sym, opts);
         summary.ops = match ops {
@@ -371,7 +374,7 @@ pub(crate) fn summarize(source: &TraceSource, opts: &Options) -> Result<RankSumm
                 Ok(ops) => ops,
                 Err(panic) => panic::resume_unwind(panic),
             },
-            None => op_table(&rows, &sym),
+            None => op_table(&rows, &sym, opts.ops_by_shape),
         };
         Ok(summary)
     })

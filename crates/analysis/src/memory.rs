@@ -475,6 +475,8 @@ mod tests {
             device: 0,
             allocated,
             reserved,
+            bytes: 0,
+            thread: 0,
         }
     }
 
@@ -528,6 +530,7 @@ mod tests {
             strings,
             rows,
             mem,
+            dims: Vec::new(),
             rounded: false,
             rank: None,
             events: 0,

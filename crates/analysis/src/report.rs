@@ -164,7 +164,7 @@ pub(crate) fn build(
         phases: Vec::new(),
     };
     let mut type_totals: HashMap<String, i64> = HashMap::new();
-    let mut ops: HashMap<(OpKind, String), OpStat> = HashMap::new();
+    let mut ops: HashMap<(OpKind, String, Option<String>), OpStat> = HashMap::new();
     for ((rank, cycle), (s, placed)) in by_rank {
         if placed.cycles > 1 && cycle == 0 {
             notes.push(format!(
@@ -238,13 +238,17 @@ pub(crate) fn build(
             .extend(hta.kernels.into_iter().map(|k| KernelRow { cycle, ..k }));
         for op in s.ops {
             let e = ops
-                .entry((op.kind, op.name.clone()))
+                .entry((op.kind, op.name.clone(), op.shape.clone()))
                 .or_insert_with(|| OpStat {
                     count: 0,
                     cpu_total_us: Us(0.0),
                     cpu_self_us: Us(0.0),
                     gpu_self_us: Us(0.0),
                     gpu_total_us: Us(0.0),
+                    cpu_mem_self_bytes: 0,
+                    cpu_mem_bytes: 0,
+                    gpu_mem_self_bytes: 0,
+                    gpu_mem_bytes: 0,
                     ..op.clone()
                 });
             e.count += op.count;
@@ -252,6 +256,10 @@ pub(crate) fn build(
             e.cpu_self_us.0 += op.cpu_self_us.0;
             e.gpu_self_us.0 += op.gpu_self_us.0;
             e.gpu_total_us.0 += op.gpu_total_us.0;
+            e.cpu_mem_self_bytes += op.cpu_mem_self_bytes;
+            e.cpu_mem_bytes += op.cpu_mem_bytes;
+            e.gpu_mem_self_bytes += op.gpu_mem_self_bytes;
+            e.gpu_mem_bytes += op.gpu_mem_bytes;
         }
         report
             .steps
@@ -291,8 +299,9 @@ pub(crate) fn build(
         b.cpu_self_us
             .0
             .total_cmp(&a.cpu_self_us.0)
-            .then_with(|| (a.kind, &a.name).cmp(&(b.kind, &b.name)))
+            .then_with(|| (a.kind, &a.name, &a.shape).cmp(&(b.kind, &b.name, &b.shape)))
     });
+    crate::ops::fill_shares(&mut ops);
     report.ops = ops;
     match straggler(&report.steps) {
         Ok(s) => report.straggler = Some(s),

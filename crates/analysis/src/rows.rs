@@ -71,6 +71,10 @@ pub(crate) struct MemSample {
     pub allocated: i64,
     /// `args["Total Reserved"]`, bytes.
     pub reserved: i64,
+    /// `args["Bytes"]`: allocated (> 0) or freed (< 0) by this event.
+    pub bytes: i64,
+    /// The thread it happened on (as [`Row::thread`]).
+    pub thread: u32,
 }
 
 /// A rank file reduced to rows.
@@ -81,6 +85,9 @@ pub(crate) struct Rows {
     pub rows: Vec<Row>,
     /// `[memory]` samples in file order.
     pub mem: Vec<MemSample>,
+    /// Per row, its `Input Dims` (an id into `strings`, `u32::MAX` without): empty when no row
+    /// of the file has any (most traces: no per-row cost).
+    pub dims: Vec<u32>,
     /// Whether HTA rounds this file's timestamps.
     pub rounded: bool,
     /// `distributedInfo.rank`.
@@ -132,19 +139,34 @@ pub(crate) fn load_rows<R: Read + Send>(path: &Path, input: R) -> Result<Rows, R
     let mut last_thread: Option<(RowId, RowId, u32)> = None;
     let mut any_float_ts = false;
     let mut count: u64 = 0;
-    let mut raw_mem: Vec<(RawNum, i64, i64, i64)> = Vec::new();
+    let mut raw_mem: Vec<(RawNum, i64, i64, i64, i64, u32)> = Vec::new();
+    let mut dims: Vec<u32> = Vec::new();
     let mut host_pid: Option<i64> = None;
     let trace = for_each_event_pipelined(path, input, |ev: TraceEvent, strings: &[Box<str>]| {
         let index = count as u32;
         count += 1;
         any_float_ts |= ev.ts.is_float();
         let text = |id: u32| -> &str { strings.get(id as usize).map_or("", |s| s) };
+        let mut thread_of = |pid: RowId, tid: RowId| -> u32 {
+            match &last_thread {
+                Some((p, t, id)) if *p == pid && *t == tid => *id,
+                _ => {
+                    let next = threads.len() as u32;
+                    let id = *threads.entry((pid.clone(), tid.clone())).or_insert(next);
+                    last_thread = Some((pid, tid, id));
+                    id
+                }
+            }
+        };
         if ev.ph == Phase::Instant && text(ev.name.0) == "[memory]" {
+            let thread = thread_of(ev.pid, ev.tid);
             raw_mem.push((
                 ev.ts,
                 ev.mem_device.unwrap_or(-1),
                 ev.total_allocated.unwrap_or(0),
                 ev.total_reserved.unwrap_or(0),
+                ev.mem_bytes.unwrap_or(0),
+                thread,
             ));
             return;
         }
@@ -164,17 +186,15 @@ pub(crate) fn load_rows<R: Read + Send>(path: &Path, input: R) -> Result<Rows, R
                 host_pid = Some(*pid);
             }
         }
-        let thread = match &last_thread {
-            Some((pid, tid, id)) if *pid == ev.pid && *tid == ev.tid => *id,
-            _ => {
-                let next = threads.len() as u32;
-                let id = *threads
-                    .entry((ev.pid.clone(), ev.tid.clone()))
-                    .or_insert(next);
-                last_thread = Some((ev.pid, ev.tid, id));
-                id
+        let thread = thread_of(ev.pid, ev.tid);
+        if let Some(d) = ev.input_dims {
+            if dims.is_empty() {
+                dims.resize(rows.len(), u32::MAX);
             }
-        };
+            dims.push(d.0);
+        } else if !dims.is_empty() {
+            dims.push(u32::MAX);
+        }
         let (hts, hdur) = hta_rounded(ev.ts, dur);
         rows.push(Row {
             index,
@@ -193,12 +213,16 @@ pub(crate) fn load_rows<R: Read + Send>(path: &Path, input: R) -> Result<Rows, R
     let base = trace.base_time_ns.unwrap_or(0);
     let mem = raw_mem
         .into_iter()
-        .map(|(ts, device, allocated, reserved)| MemSample {
-            ts: ts.us_to_ns().saturating_add(base),
-            device,
-            allocated,
-            reserved,
-        })
+        .map(
+            |(ts, device, allocated, reserved, bytes, thread)| MemSample {
+                ts: ts.us_to_ns().saturating_add(base),
+                device,
+                allocated,
+                reserved,
+                bytes,
+                thread,
+            },
+        )
         .collect();
     for r in &mut rows {
         if !any_float_ts {
@@ -211,6 +235,7 @@ pub(crate) fn load_rows<R: Read + Send>(path: &Path, input: R) -> Result<Rows, R
         strings: trace.strings,
         rows,
         mem,
+        dims,
         rounded: any_float_ts,
         rank: trace.rank,
         events: count,

@@ -219,7 +219,9 @@ pub(crate) fn steps(rank: i64, rows: &Rows, sym: &Symbols, origin_ns: i64) -> Ve
     let mut acc: FastMap<i64, Acc> = FastMap::default();
     // Host time in collectives, clipped to the step its row starts in.
     let coll_name: Vec<bool> = rows.strings.iter().map(|s| is_host_collective(s)).collect();
-    let mut coll: FastMap<i64, (Vec<(i64, i64)>, FastMap<u32, i64>)> = FastMap::default();
+    /// A step's collective intervals, and host time per collective name.
+    type Collectives = (Vec<(i64, i64)>, FastMap<u32, i64>);
+    let mut coll: FastMap<i64, Collectives> = FastMap::default();
     for r in all
         .iter()
         .filter(|r| coll_name[r.name as usize] && !sym.is_gpu_row(r))

@@ -23,7 +23,7 @@ fn json_keys(a: Analysis) -> &'static [&'static str] {
             "kernel_breakdown",
         ],
         Analysis::Ops => &["ops"],
-        Analysis::Steps => &["steps", "straggler"],
+        Analysis::Steps => &["steps", "straggler", "no_straggler"],
         Analysis::Memory => &["memory"],
     }
 }
@@ -73,8 +73,9 @@ pub fn run_analyze(plan: AnalyzePlan) -> Result<ExitCode> {
         last: Mutex::new(None),
     };
     let started = Instant::now();
-    let report = analyze(&files, problems, &plan.options, &|p| progress.update(p));
+    let mut report = analyze(&files, problems, &plan.options, &|p| progress.update(p));
     progress.clear();
+    plan.sort.sort(&mut report.ops);
 
     let mut stderr = io::stderr().lock();
     for p in &report.problems {
@@ -116,7 +117,7 @@ pub fn run_analyze(plan: AnalyzePlan) -> Result<ExitCode> {
     if plan.json {
         write_json(&report, &plan.analyses, &mut stdout)?;
     } else {
-        stdout.write_all(text::render(&report, &plan.analyses, plan.top).as_bytes())?;
+        stdout.write_all(text::render(&report, &plan.analyses, plan.top, plan.sort).as_bytes())?;
         if !plan.quiet {
             writeln!(
                 stdout,

@@ -7,6 +7,8 @@ use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use kinetrace_analysis::{HtaOptions, Options, StepChoice};
 
+use crate::op_sort::{GroupBy, OpSort};
+
 /// kinetrace: an in-process GPU profiler that writes Kineto (PyTorch profiler) traces, and the
 /// tools to read them.
 #[derive(Debug, Parser)]
@@ -147,6 +149,15 @@ pub struct AnalyzeArgs {
     #[arg(long, default_value_t = 15, value_name = "N")]
     pub top: usize,
 
+    /// Sort the op table by this column, largest first (torch's sort_by names work too:
+    /// self_cpu_time_total, cpu_time_total, cpu_time, self_cuda_time_total, count, ...).
+    #[arg(long, value_enum, default_value_t = OpSort::SelfCpu, value_name = "COLUMN")]
+    pub sort: OpSort,
+
+    /// Group the op table by input shape too (`Input Dims`; record with --record-shapes).
+    #[arg(long, value_enum, value_name = "WHAT")]
+    pub group_by: Option<GroupBy>,
+
     /// Worker threads reading traces (default: one per CPU).
     #[arg(short, long, value_name = "N")]
     pub jobs: Option<usize>,
@@ -173,6 +184,8 @@ pub struct AnalyzePlan {
     pub top: usize,
     /// Quiet.
     pub quiet: bool,
+    /// The op table's order.
+    pub sort: OpSort,
     /// Library options.
     pub options: Options,
 }
@@ -222,6 +235,7 @@ impl AnalyzeArgs {
             plot: self.plot,
             top: if self.top == 0 { usize::MAX } else { self.top },
             quiet: self.quiet,
+            sort: self.sort,
             options: Options {
                 hta: HtaOptions {
                     kernel_wait_threshold_us: self.kernel_wait_us,
@@ -230,6 +244,7 @@ impl AnalyzeArgs {
                     include_last_step: self.include_last_step,
                 },
                 jobs: self.jobs.unwrap_or(0),
+                ops_by_shape: self.group_by == Some(GroupBy::Shape),
                 ..Options::default()
             },
         })

@@ -209,6 +209,17 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                         "cpu_total_us",
                         "gpu_self_us",
                         "gpu_total_us",
+                        "shape",
+                        "cpu_avg_us",
+                        "gpu_avg_us",
+                        "cpu_self_pct",
+                        "cpu_total_pct",
+                        "gpu_self_pct",
+                        "gpu_total_pct",
+                        "cpu_mem_self_bytes",
+                        "cpu_mem_bytes",
+                        "gpu_mem_self_bytes",
+                        "gpu_mem_bytes",
                     ],
                 );
                 for o in &report.ops {
@@ -220,6 +231,17 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                         num(o.cpu_total_us.0),
                         num(o.gpu_self_us.0),
                         num(o.gpu_total_us.0),
+                        o.shape.clone().unwrap_or_default(),
+                        num(o.cpu_avg_us.0),
+                        num(o.gpu_avg_us.0),
+                        num(o.cpu_self_pct.0),
+                        num(o.cpu_total_pct.0),
+                        num(o.gpu_self_pct.0),
+                        num(o.gpu_total_pct.0),
+                        o.cpu_mem_self_bytes.to_string(),
+                        o.cpu_mem_bytes.to_string(),
+                        o.gpu_mem_self_bytes.to_string(),
+                        o.gpu_mem_bytes.to_string(),
                     ]);
                 }
                 files.push(c);

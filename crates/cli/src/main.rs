@@ -10,6 +10,7 @@ mod diff;
 mod diff_csv;
 mod doctor;
 mod ending;
+mod op_sort;
 mod record;
 mod signals;
 mod svg;
@@ -31,7 +32,7 @@ fn main() -> ExitCode {
                 let text = e.render().to_string();
                 match text.find("\nUsage:") {
                     Some(i) => eprint!("{}\n{tip}\n{}", &text[..i], &text[i..]),
-                    None => eprint!("{text}{tip}\n"),
+                    None => eprintln!("{text}{tip}"),
                 }
                 return ExitCode::from(2);
             }

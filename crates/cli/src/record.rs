@@ -733,7 +733,10 @@ fn report(plan: &RecordPlan, status: std::process::ExitStatus) {
                     eprintln!("kinetrace: skipped {p}");
                 }
                 if report.analysed_any() {
-                    eprint!("{}", crate::text::render(&report, &a.analyses, a.top));
+                    eprint!(
+                        "{}",
+                        crate::text::render(&report, &a.analyses, a.top, a.sort)
+                    );
                 }
             });
         if let Err(e) = summary {

@@ -3,12 +3,13 @@
 use kinetrace_analysis::Report;
 
 use crate::cli::Analysis;
+use crate::op_sort::OpSort;
 use crate::table::{bytes, clip, dur_us, pct, Align, Table};
 
 const NAME_WIDTH: usize = 70;
 
-/// Renders the selected analyses.
-pub fn render(report: &Report, analyses: &[Analysis], top: usize) -> String {
+/// Renders the selected analyses (the op table in `sort`'s order, which `report.ops` is in).
+pub fn render(report: &Report, analyses: &[Analysis], top: usize, sort: OpSort) -> String {
     let mut out = String::new();
     out.push_str(&header(report));
     // Without any GPU row the four GPU analyses have nothing to show: one line says so, once.
@@ -36,7 +37,7 @@ pub fn render(report: &Report, analyses: &[Analysis], top: usize) -> String {
             Analysis::Overlap => vec![overlap(report)],
             Analysis::Idle => vec![idle(report)],
             Analysis::Kernels => vec![kernel_types(report), kernels(report)],
-            Analysis::Ops => vec![ops(report)],
+            Analysis::Ops => vec![ops(report, sort)],
             Analysis::Steps => vec![steps(report)],
             Analysis::Memory => vec![memory(report)],
         };
@@ -290,29 +291,76 @@ fn kernels(r: &Report) -> Table {
     t
 }
 
-fn ops(r: &Report) -> Table {
-    let mut t = Table::new(
-        "Ops and annotations, all ranks (most self CPU time first)",
-        &[
-            ("kind", Align::Left),
-            ("name", Align::Left),
-            ("count", Align::Right),
-            ("self CPU", Align::Right),
-            ("total CPU", Align::Right),
+/// The op table, as `key_averages().table()`: calls, self and total CPU time with their share of
+/// the table's self CPU time and the time per call; GPU columns when kernels were launched;
+/// memory columns when `[memory]` events were; the shape column when grouped by shape.
+fn ops(r: &Report, sort: OpSort) -> Table {
+    let gpu = r.ops.iter().any(|o| o.gpu_total_us.0 > 0.0);
+    let cpu_mem = r
+        .ops
+        .iter()
+        .any(|o| o.cpu_mem_bytes != 0 || o.cpu_mem_self_bytes != 0);
+    let gpu_mem = r
+        .ops
+        .iter()
+        .any(|o| o.gpu_mem_bytes != 0 || o.gpu_mem_self_bytes != 0);
+    let shapes = r.ops.iter().any(|o| o.shape.is_some());
+    let mut columns = vec![("kind", Align::Left), ("name", Align::Left)];
+    if shapes {
+        columns.push(("input shapes", Align::Left));
+    }
+    columns.extend([
+        ("calls", Align::Right),
+        ("self CPU", Align::Right),
+        ("self CPU %", Align::Right),
+        ("total CPU", Align::Right),
+        ("total CPU %", Align::Right),
+        ("CPU avg", Align::Right),
+    ]);
+    if gpu {
+        columns.extend([
             ("self GPU", Align::Right),
+            ("self GPU %", Align::Right),
             ("total GPU", Align::Right),
-        ],
-    );
+            ("GPU avg", Align::Right),
+        ]);
+    }
+    if cpu_mem {
+        columns.extend([("self CPU mem", Align::Right), ("CPU mem", Align::Right)]);
+    }
+    if gpu_mem {
+        columns.extend([("self GPU mem", Align::Right), ("GPU mem", Align::Right)]);
+    }
+    let title = format!("Ops and annotations, all ranks ({})", sort.describe());
+    let mut t = Table::new(&title, &columns);
     for x in &r.ops {
-        t.row(vec![
-            x.kind.as_str().into(),
-            clip(&x.name, NAME_WIDTH),
+        let mut v = vec![x.kind.as_str().into(), clip(&x.name, NAME_WIDTH)];
+        if shapes {
+            v.push(clip(x.shape.as_deref().unwrap_or("-"), NAME_WIDTH));
+        }
+        v.extend([
             x.count.to_string(),
             dur_us(x.cpu_self_us.0),
+            pct(x.cpu_self_pct.get()),
             dur_us(x.cpu_total_us.0),
-            dur_us(x.gpu_self_us.0),
-            dur_us(x.gpu_total_us.0),
+            pct(x.cpu_total_pct.get()),
+            dur_us(x.cpu_avg_us.0),
         ]);
+        if gpu {
+            v.extend([
+                dur_us(x.gpu_self_us.0),
+                pct(x.gpu_self_pct.get()),
+                dur_us(x.gpu_total_us.0),
+                dur_us(x.gpu_avg_us.0),
+            ]);
+        }
+        if cpu_mem {
+            v.extend([bytes(x.cpu_mem_self_bytes), bytes(x.cpu_mem_bytes)]);
+        }
+        if gpu_mem {
+            v.extend([bytes(x.gpu_mem_self_bytes), bytes(x.gpu_mem_bytes)]);
+        }
+        t.row(v);
     }
     t
 }

@@ -261,5 +261,5 @@ fn monotonic_ms() -> i64 {
     };
     // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
-    t.tv_sec as i64 * 1000 + t.tv_nsec as i64 / 1_000_000
+    t.tv_sec * 1000 + t.tv_nsec / 1_000_000
 }

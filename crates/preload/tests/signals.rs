@@ -42,7 +42,7 @@ fn last_step(out: &str, prefix: &str) -> u64 {
                 .parse()
                 .ok()
         })
-        .last()
+        .next_back()
         .unwrap_or_else(|| panic!("no step line in {out:?}"))
 }
 

@@ -117,6 +117,10 @@ impl<'de> Visitor<'de> for EventSeed<'_> {
             mem_bytes: args.mem_bytes,
             mem_device: args.mem_device,
             flow_id,
+            input_dims: args
+                .input_dims
+                .as_deref()
+                .and_then(|t| self.strings.intern_dims(t.as_bytes())),
         })
     }
 }
@@ -358,6 +362,8 @@ pub(super) struct ArgFields {
     pub(super) total_reserved: Option<i64>,
     pub(super) mem_bytes: Option<i64>,
     pub(super) mem_device: Option<i64>,
+    /// `Input Dims` as compact JSON text (this path is the rare one: an allocation is fine).
+    pub(super) input_dims: Option<String>,
 }
 
 #[derive(Clone, Copy)]
@@ -372,6 +378,7 @@ pub(super) enum ArgKey {
     TotalReserved,
     MemBytes,
     MemDevice,
+    InputDims,
     Other,
 }
 
@@ -402,6 +409,7 @@ impl Visitor<'_> for ArgKeySeed {
             "Total Reserved" => ArgKey::TotalReserved,
             "Bytes" => ArgKey::MemBytes,
             "Device Id" => ArgKey::MemDevice,
+            "Input Dims" => ArgKey::InputDims,
             _ => ArgKey::Other,
         })
     }
@@ -437,6 +445,11 @@ impl<'de> Visitor<'de> for ArgsSeed<'_> {
                 ArgKey::TotalReserved => &mut a.total_reserved,
                 ArgKey::MemBytes => &mut a.mem_bytes,
                 ArgKey::MemDevice => &mut a.mem_device,
+                ArgKey::InputDims => {
+                    let v: serde_json::Value = map.next_value()?;
+                    a.input_dims = Some(v.to_string());
+                    continue;
+                }
                 ArgKey::Other => {
                     map.next_value::<IgnoredAny>()?;
                     continue;

@@ -469,6 +469,8 @@ impl<'a> Cur<'a> {
         let mut dur = None;
         let mut flow_id = None;
         let mut args = ArgFields::default();
+        // Where `args["Input Dims"]`'s text is in `data`, interned once the event is read.
+        let mut dims: Option<(usize, usize)> = None;
         self.members(|c, k| {
             match k {
                 b"ph" => {
@@ -484,7 +486,7 @@ impl<'a> Cur<'a> {
                 b"ts" => ts = c.scalar()?.feed(NumSeed("ts"))?,
                 b"dur" => dur = c.scalar()?.feed(NumSeed("dur"))?,
                 b"id" => flow_id = c.scalar()?.feed(LenientInt { id: true })?,
-                b"args" => c.args(&mut args)?,
+                b"args" => c.args(&mut args, &mut dims)?,
                 _ => {
                     Self::check_other_key(k)?;
                     c.skip_value(1)?;
@@ -499,6 +501,10 @@ impl<'a> Cur<'a> {
             Some(ts) => ts,
             None if ph == Phase::Metadata => RawNum::Int(0),
             None => return Err(Stop::Fallback),
+        };
+        let input_dims = match dims {
+            Some((a, b)) => Some(strings.intern_dims(&self.s[a..b]).ok_or(Stop::Fallback)?),
+            None => None,
         };
         Ok(TraceEvent {
             ph,
@@ -519,6 +525,7 @@ impl<'a> Cur<'a> {
             mem_bytes: args.mem_bytes,
             mem_device: args.mem_device,
             flow_id,
+            input_dims,
         })
     }
 
@@ -546,12 +553,18 @@ impl<'a> Cur<'a> {
 
     /// `args`: an object's known keys are read, everything else skipped; a non-object is
     /// ignored (after checking it), as `ArgsSeed` does.
-    fn args(&mut self, a: &mut ArgFields) -> R<()> {
+    fn args(&mut self, a: &mut ArgFields, dims: &mut Option<(usize, usize)>) -> R<()> {
         if self.ws()? != b'{' {
             return self.skip_value(1);
         }
         self.i += 1;
         self.members(|c, k| {
+            if k == b"Input Dims" {
+                let start = c.i;
+                c.skip_value(2)?;
+                *dims = Some((start, c.i));
+                return Ok(());
+            }
             let slot = match k {
                 b"stream" => &mut a.stream,
                 b"correlation" => &mut a.correlation,

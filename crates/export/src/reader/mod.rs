@@ -204,6 +204,9 @@ pub struct TraceEvent {
     pub mem_device: Option<i64>,
     /// `id` of flow events.
     pub flow_id: Option<i64>,
+    /// `args["Input Dims"]` (ops recorded with shapes), interned as canonical JSON text
+    /// (`[[64, 16], [16]]`: one space after each comma, no other whitespace).
+    pub input_dims: Option<StrId>,
 }
 
 impl TraceEvent {

@@ -59,6 +59,8 @@ pub(super) struct Interner {
     /// Ids (+1; 0 is empty) of recently interned strings by [`quick_hash`]: a trace repeats a
     /// few hundred names, and this finds most of them without hashing a long kernel name whole.
     pub(super) recent: Vec<u32>,
+    /// Reused for the canonical text of an `Input Dims` value before it is interned.
+    pub(super) scratch: Vec<u8>,
 }
 
 /// Slots in [`Interner::recent`] (a power of two).
@@ -82,6 +84,16 @@ fn quick_hash(b: &[u8]) -> usize {
 }
 
 impl Interner {
+    /// Interns `raw`, the JSON text of an `Input Dims` value, in its canonical form (see
+    /// [`canonical_list`]).
+    pub(super) fn intern_dims(&mut self, raw: &[u8]) -> Option<StrId> {
+        let mut out = std::mem::take(&mut self.scratch);
+        canonical_list(raw, &mut out);
+        let id = self.intern_bytes(&out);
+        self.scratch = out;
+        id
+    }
+
     #[inline]
     pub(super) fn intern(&mut self, s: &str) -> StrId {
         if let Some(&id) = self.map.get(s.as_bytes()) {
@@ -525,5 +537,36 @@ impl Visitor<'_> for RawJsonKey<'_> {
     fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
         push_json_str(self.out, v);
         Ok(())
+    }
+}
+
+/// The canonical text of a JSON value such as `Input Dims` (`[[64, 16], [16], []]`): whitespace
+/// outside strings dropped, one space after each comma outside strings, as PyTorch writes it, so
+/// the same shapes read the same whatever spacing a writer used.
+pub(super) fn canonical_list(raw: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    let mut in_str = false;
+    let mut escaped = false;
+    for &b in raw {
+        if in_str {
+            out.push(b);
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_str = false;
+            }
+            continue;
+        }
+        match b {
+            b' ' | b'\t' | b'\n' | b'\r' => {}
+            b'"' => {
+                in_str = true;
+                out.push(b);
+            }
+            b',' => out.extend_from_slice(b", "),
+            _ => out.push(b),
+        }
     }
 }

@@ -390,3 +390,26 @@ fn piped_fill_takes_what_is_asked_and_keeps_offsets() {
         assert_eq!(&input.buf[input.pos..input.end], &data[at..]);
     });
 }
+
+/// `Input Dims` is read on both paths as the same canonical text, whatever the spacing.
+#[test]
+fn input_dims_read_the_same_on_both_paths_whatever_the_spacing() {
+    for (bytes, want) in [
+        (
+            &br#"{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":1,"dur":2,"args":{"Input Dims":[[64,16],  [16, 8], []]}}"#[..],
+            "[[64, 16], [16, 8], []]",
+        ),
+        (
+            br#"{"ph":"X","cat":"cpu_op","name":"aten::cat","pid":1,"tid":1,"ts":1,"dur":2,"args":{"External id":3,"Input Dims":[[[2, 3], [2, 3]], []],"Input type":["TensorList", "Scalar"]}}"#,
+            "[[[2, 3], [2, 3]], []]",
+        ),
+    ] {
+        assert!(check_fast(bytes), "{}", String::from_utf8_lossy(bytes));
+        let mut strings = Interner::default();
+        let Fast::Done(event, _) = parse_event(bytes, &mut strings) else {
+            panic!("fast path");
+        };
+        let id = event.input_dims.expect("dims");
+        assert_eq!(&*strings.strings[id.0 as usize], want);
+    }
+}
