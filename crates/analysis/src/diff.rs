@@ -245,6 +245,10 @@ pub struct Comparison {
     pub base_steps: usize,
     /// `ProfilerStep`s counted on the new side.
     pub new_steps: usize,
+    /// Base steps the capture's end cut short (partial: in the rows, not in the step time).
+    pub base_partial_steps: usize,
+    /// The same on the new side.
+    pub new_partial_steps: usize,
     /// Rows of the base side in no step by HTA's rule, left out (with all steps selected).
     pub base_rows_in_no_step: u64,
     /// The same on the new side.
@@ -328,6 +332,8 @@ struct FileSummary {
     /// Rows in no step (every row when the file has no steps).
     no_step: ByName,
     has_steps: bool,
+    /// The step the capture's end cut short (see [`crate::steps`]): a step, not a step time.
+    partial_step: Option<i64>,
 }
 
 fn kind_of(cat: &str) -> &'static str {
@@ -424,6 +430,7 @@ fn summarize_file(source: &TraceSource, choice: StepChoice) -> Result<FileSummar
         kept_step,
         no_step,
         has_steps: it.has_steps,
+        partial_step: crate::steps::partial_step(&rows),
     })
 }
 
@@ -451,15 +458,19 @@ struct Side {
     timed_steps: usize,
     step_ns: i64,
     in_no_step: u64,
+    /// Steps the capture's end cut short: counted, never timed.
+    partial_steps: usize,
 }
 
 impl Side {
     fn of(files: &[&FileSummary], pick: Pick) -> Side {
         let mut side = Side::default();
         for f in files {
-            let mut count_step = |span: Option<i64>| {
+            let mut count_step = |n: i64, span: Option<i64>| {
                 side.steps += 1;
-                if let Some(ns) = span {
+                if f.partial_step == Some(n) {
+                    side.partial_steps += 1;
+                } else if let Some(ns) = span {
                     side.timed_steps += 1;
                     side.step_ns += ns;
                 }
@@ -472,7 +483,7 @@ impl Side {
             };
             match pick {
                 Pick::Whole | Pick::AllSteps => {
-                    f.spans.values().for_each(|&span| count_step(span));
+                    f.spans.iter().for_each(|(&n, &span)| count_step(n, span));
                     take(&f.kept);
                     if pick == Pick::Whole {
                         take(&f.no_step);
@@ -481,7 +492,7 @@ impl Side {
                     }
                 }
                 Pick::One(Some(n)) if f.kept_step == Some(n) => {
-                    count_step(f.spans.get(&n).copied().flatten());
+                    count_step(n, f.spans.get(&n).copied().flatten());
                     take(&f.kept);
                 }
                 Pick::One(_) => {}
@@ -643,6 +654,8 @@ fn compare(
         new_step: frame.new_step,
         base_steps: base.steps,
         new_steps: new.steps,
+        base_partial_steps: base.partial_steps,
+        new_partial_steps: new.partial_steps,
         base_rows_in_no_step: base.in_no_step,
         new_rows_in_no_step: new.in_no_step,
         base_mean_step_us: bm.map(|v| Us(v.round() / 1000.0)),
@@ -889,6 +902,12 @@ pub fn scope(c: &Comparison) -> String {
         .collect();
     if !merged.is_empty() {
         s.push_str(&format!("; merged: {}", merged.join(", ")));
+    }
+    if c.base_partial_steps + c.new_partial_steps > 0 {
+        s.push_str(&format!(
+            "; partial (the capture ended inside them, so not in the step time): {} base, {} new",
+            c.base_partial_steps, c.new_partial_steps
+        ));
     }
     let left_out = c.base_rows_in_no_step + c.new_rows_in_no_step;
     if left_out > 0 {

@@ -6,7 +6,9 @@
 use std::path::PathBuf;
 
 use kinetrace_analysis::steps::{Basis, StragglerVerdict};
-use kinetrace_analysis::{analyze_sources, doctor_sources, DoctorOptions, Options, TraceSource};
+use kinetrace_analysis::{
+    analyze_sources, diff_sources, doctor_sources, DiffOptions, DoctorOptions, Options, TraceSource,
+};
 use serde_json::{json, Value};
 
 fn x(cat: &str, name: &str, tid: i64, ts: i64, dur: i64) -> Value {
@@ -82,6 +84,20 @@ fn the_step_a_capture_end_cut_is_partial_and_out_of_step_statistics() {
     let sources = [rank(0, 5, true, false), rank(1, 55, true, false)];
     let r = analyze_sources(&sources, Vec::new(), &Options::default(), &|_| {});
     assert!(r.steps.iter().all(|s| !s.partial));
+
+    // diff: the partial step is in the rows (as HTA's TraceDiff has it) but not in the step time.
+    let d = diff_sources(
+        &[rank(0, 5, true, false), rank(0, 5, true, true)],
+        1,
+        Vec::new(),
+        &DiffOptions::default(),
+        &|_| {},
+    );
+    let c = &d.comparisons[0];
+    assert_eq!((c.base_steps, c.new_steps), (4, 4));
+    assert_eq!((c.base_partial_steps, c.new_partial_steps), (0, 1));
+    assert_eq!(c.base_mean_step_us.map(|u| u.0), Some(295_000.0));
+    assert_eq!(c.new_mean_step_us.map(|u| u.0), Some(60_000.0));
 }
 
 #[test]
