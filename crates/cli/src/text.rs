@@ -442,9 +442,11 @@ fn straggler_line(r: &Report) -> String {
         String::new()
     } else {
         format!(
-            "  partial: {} — the capture ended inside it (the run's end or an interruption), \
-             so it holds teardown or part of an iteration; left out of step statistics\n",
-            partial.join(", ")
+            "  partial: {} — the capture ended inside {} (the run's end or an interruption), \
+             so {} teardown or part of an iteration; left out of step statistics\n",
+            partial.join(", "),
+            if partial.len() == 1 { "it" } else { "each" },
+            if partial.len() == 1 { "it holds" } else { "each holds" }
         )
     };
     note + &straggler_text(r) + "\n"
