@@ -37,9 +37,10 @@ shim's panic hook ([`panicked`]), never on the job's stderr; a panic while start
 off for good.
 
 Files: `process.rs` (the process state and the entry points), `state.rs` (phases and the pure
-transition function), `start.rs` (configuration → profiler), `exit.rs` (the save at the end), `serve.rs` (the control thread and
-requests), `cleanup.rs` (what killed processes left), `log.rs` (the log channel and panics),
-`config/` (the key table and parser), `control/` (protocol, server, client, path confinement).
+transition function), `start.rs` (configuration → profiler), `exit.rs` (the save at the end,
+however the process ends), `serve.rs` (the control thread and requests), `cleanup.rs` (what killed
+processes left), `log.rs` (the log channel and panics), `config/` (the key table and parser),
+`control/` (protocol, server, client, path confinement).
 */
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]

@@ -446,7 +446,11 @@ fn straggler_line(r: &Report) -> String {
              so {} teardown or part of an iteration; left out of step statistics\n",
             partial.join(", "),
             if partial.len() == 1 { "it" } else { "each" },
-            if partial.len() == 1 { "it holds" } else { "each holds" }
+            if partial.len() == 1 {
+                "it holds"
+            } else {
+                "each holds"
+            }
         )
     };
     note + &straggler_text(r) + "\n"

@@ -5,7 +5,7 @@
 //! When profiling starts, each of these signals whose action is still the default gets a handler,
 //! and a thread of kinetrace's own waits for it on a pipe. The handler does only what is
 //! async-signal-safe: it writes the signal number to the pipe, waits (`poll`, at most the exit
-//! budget plus a second) for the thread to answer that the agent's exit path has run (it saves the
+//! budget plus a quarter second) for the thread to answer that the agent's exit path has run (it saves the
 //! capture in progress, or gives up past the budget and removes its unfinished files), then puts
 //! the default action back and raises the signal again. So the process ends as it would have: by
 //! the same signal (a shell still sees 130 for SIGINT), only up to the exit budget later.
@@ -218,8 +218,8 @@ extern "C" fn on_signal(signal: c_int) {
     });
 }
 
-/// Hands `signal` to the thread and waits for its answer, at most the exit budget plus a second
-/// (the agent's exit path gives up at the budget; the second covers its cleanup).
+/// Hands `signal` to the thread and waits for its answer, at most the exit budget plus 250 ms
+/// (the agent's exit path gives up at the budget; [`CLEANUP_MS`] covers its cleanup).
 fn wait_for_save(signal: c_int) {
     let byte = signal as u8;
     // SAFETY: writes one byte from a live local to the pipe's write end.
@@ -233,7 +233,7 @@ fn wait_for_save(signal: c_int) {
     {
         return;
     }
-    let limit_ms = agent::EXIT_BUDGET.as_millis() as i64 + 1000;
+    let limit_ms = agent::EXIT_BUDGET.as_millis() as i64 + CLEANUP_MS;
     let start = monotonic_ms();
     loop {
         let left = limit_ms - (monotonic_ms() - start);
@@ -253,6 +253,11 @@ fn wait_for_save(signal: c_int) {
         }
     }
 }
+
+/// What the exit path may take past the budget: removing its unfinished files and one log line.
+/// Past it the signal ends the process anyway (a saver stuck on a lock the interrupted thread holds
+/// must not hold the job).
+const CLEANUP_MS: i64 = 250;
 
 fn monotonic_ms() -> i64 {
     let mut t = libc::timespec {
