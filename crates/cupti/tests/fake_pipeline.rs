@@ -281,6 +281,12 @@ fn run_scenario(file_name: &str, version: &str) {
             }
         }
     }
+    // And each kernel, copy and memset has exactly one flow: one start on its call, one end on it
+    // (graph kernels share their launch's start).
+    assert_eq!(
+        assert_one_flow_per_gpu_record(&trace),
+        e.kernels + e.memcpy + e.memset
+    );
     // Graph kernels: one per node, graph/node ids, one shared correlation.
     let graph: Vec<&&Value> = kernels
         .iter()

@@ -190,3 +190,76 @@ impl Trace {
         self.json[key].as_str()
     }
 }
+
+/// Checks Kineto's `ac2g` links the way a viewer draws them: every GPU record (`kernel`,
+/// `gpu_memcpy`, `gpu_memset`) whose call (the `cuda_runtime` or `cuda_driver` event with its
+/// `correlation`) is in the trace gets exactly one flow: exactly one flow start (`ph: "s"`) with
+/// that id in the whole trace, on the call's row at the call's time, and exactly one flow end
+/// (`ph: "f"`, `bp: "e"`) with that id on the record's own row at its own time. Returns how many
+/// GPU records had their call in the trace (so a test can check the count is what it launched).
+pub fn assert_one_flow_per_gpu_record(trace: &Value) -> usize {
+    use std::collections::HashMap;
+    let evs = events(trace);
+    let corr = |e: &Value| e["args"]["correlation"].as_u64();
+    let mut calls: HashMap<u64, Vec<&Value>> = HashMap::new();
+    for e in evs
+        .iter()
+        .filter(|e| e["ph"] == "X" && (e["cat"] == "cuda_runtime" || e["cat"] == "cuda_driver"))
+    {
+        if let Some(c) = corr(e) {
+            calls.entry(c).or_default().push(e);
+        }
+    }
+    let mut flows: HashMap<(u64, &str), Vec<&Value>> = HashMap::new();
+    for f in evs.iter().filter(|e| e["cat"] == "ac2g") {
+        let (Some(id), Some(ph)) = (f["id"].as_u64(), f["ph"].as_str()) else {
+            panic!("an ac2g event without an id or ph: {f}");
+        };
+        flows.entry((id, ph)).or_default().push(f);
+    }
+    let at =
+        |a: &Value, b: &Value| a["pid"] == b["pid"] && a["tid"] == b["tid"] && a["ts"] == b["ts"];
+    let mut checked = 0;
+    for g in evs.iter().filter(|e| {
+        e["ph"] == "X"
+            && (e["cat"] == "kernel" || e["cat"] == "gpu_memcpy" || e["cat"] == "gpu_memset")
+    }) {
+        let Some(c) = corr(g) else {
+            panic!("a GPU record without a correlation: {g}");
+        };
+        let Some(call) = calls.get(&c) else {
+            continue;
+        };
+        assert_eq!(call.len(), 1, "one call per correlation id {c}: {call:?}");
+        let starts = flows.get(&(c, "s")).map(Vec::as_slice).unwrap_or(&[]);
+        assert_eq!(
+            starts.len(),
+            1,
+            "exactly one flow start for {} {} (call {}): {starts:?}",
+            g["cat"],
+            g["name"],
+            call[0]["name"]
+        );
+        assert!(
+            at(starts[0], call[0]),
+            "the start sits on its call: {} vs {}",
+            starts[0],
+            call[0]
+        );
+        let ends: Vec<&&Value> = flows
+            .get(&(c, "f"))
+            .map(|v| v.iter().filter(|f| at(f, g)).collect())
+            .unwrap_or_default();
+        assert_eq!(
+            ends.len(),
+            1,
+            "exactly one flow end on {} {} (call {}): {ends:?}",
+            g["cat"],
+            g["name"],
+            call[0]["name"]
+        );
+        assert_eq!(ends[0]["bp"], "e", "{}", ends[0]);
+        checked += 1;
+    }
+    checked
+}
