@@ -14,7 +14,9 @@ use kinetrace_rocm::sys::Abi;
 use kinetrace_rocm::{RocmConfig, RocmSource};
 use kinetrace_test_support::fake::fake_rocprofiler_sdk_in;
 use kinetrace_test_support::process::{in_child, wait_until};
-use kinetrace_test_support::trace::{assert_one_flow_per_gpu_record, events, load_only_trace, x};
+use kinetrace_test_support::trace::{
+    assert_one_flow_per_gpu_record, events, key_position, load_only_trace, only_trace_keys, x,
+};
 use kinetrace_test_support::{annotation, trace_session, Log};
 use serde_json::Value;
 
@@ -380,6 +382,11 @@ fn scenario(version: &str) -> Value {
             );
             let devices = trace["deviceProperties"].as_array().expect("devices");
             assert_eq!(devices.len(), 2);
+            // The agents are known when the window opens: the devices are in the head, as
+            // Kineto writes them, and only there.
+            let keys = only_trace_keys(&out);
+            assert_eq!(key_position(&keys, "deviceProperties"), 1, "{keys:?}");
+            assert!(key_position(&keys, "traceEvents") > 1, "{keys:?}");
             assert_eq!(devices[1]["name"], "AMD Instinct MI250X");
             assert_eq!(devices[1]["numSms"], 104);
             assert_eq!(devices[1]["warpSize"], 64);

@@ -12,7 +12,8 @@ pub use kinetrace_test_support::process::{
     in_child, in_child_with_broken_stderr, in_child_within, CHILD_DEADLINE,
 };
 pub use kinetrace_test_support::trace::{
-    assert_one_flow_per_gpu_record, events, load_only_trace as load_trace, x,
+    assert_one_flow_per_gpu_record, events, key_position, load_only_trace as load_trace,
+    only_trace_keys, x,
 };
 pub use kinetrace_test_support::{annotation, trace_session, Log};
 
