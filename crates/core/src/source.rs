@@ -158,6 +158,10 @@ pub struct WindowInfo {
     pub pid: u32,
     /// Host name.
     pub host_name: String,
+    /// The devices the sources know when the window opens (CUPTI's and rocprofiler-sdk's are
+    /// known by then): a trace writes them in its head, as Kineto does, where streaming readers
+    /// look. Devices first seen later come with [`TraceMeta::devices`].
+    pub devices: Vec<DeviceProperties>,
 }
 
 /// Opens one [`Sink`] per window.

@@ -21,6 +21,9 @@ use crate::json::{
 pub struct TraceEncoder {
     pub(crate) ev: Events,
     pub(crate) doc: OpenArray<Rows, OpenObject<Lines>>,
+    /// The ids of the devices the head listed in `deviceProperties` (empty: the head has no such
+    /// key, and the tail writes it).
+    pub(crate) head_devices: Vec<u32>,
 }
 
 impl TraceEncoder {
@@ -30,6 +33,7 @@ impl TraceEncoder {
         TraceEncoder {
             ev: Events::new(base_ns),
             doc,
+            head_devices: window.devices.iter().map(|d| d.id).collect(),
         }
     }
 

@@ -1387,3 +1387,74 @@ fn a_hip_job_is_profiled_through_rocprofiler_sdk() {
     assert_eq!(t.meta("rocprofiler_sdk_version"), Some("1.1.0"));
     assert_eq!(w.log_text(), "", "nothing to report");
 }
+
+/// A HIP job that returns from `main` while its whole-run capture is open: rocprofiler-sdk
+/// finalizes at exit before kinetrace's own exit handler saves the capture (the SDK registers its
+/// handler after the tools' `initialize`, where kinetrace registered its own). kinetrace takes what
+/// the SDK's buffer holds in the tool's `finalize` and asks nothing of the SDK after it: no line
+/// about a flush the SDK refuses, and every dispatch, copy and fill the job made is in the trace,
+/// the last step's included (its records were still in the SDK's buffer at exit).
+#[test]
+fn a_hip_job_exiting_normally_keeps_every_record_and_says_nothing() {
+    let w = World::new();
+    let rocm = w.tmp.path().join("rocm");
+    let none = w.tmp.path().join("no-cuda");
+    std::fs::create_dir(&rocm).unwrap();
+    std::fs::create_dir(&none).unwrap();
+    let sdk = rocm.join("librocprofiler-sdk.so.1");
+    std::fs::copy(kinetrace_test_support::fake::fake_rocprofiler_sdk(), &sdk).unwrap();
+    let job = profile_dir().join("examples/fake_rocm_train");
+    let steps = 4;
+    let mut c = w.preloaded(&job, &[&steps.to_string()]);
+    c.env_remove("KINETRACE_CUPTI_PATH")
+        .env("LD_LIBRARY_PATH", &none)
+        .env("CUDA_HOME", &none)
+        .env("FAKE_ROCP_LIB", &sdk)
+        .env("FAKE_ROCM_COPIES", "1")
+        .env("KINETRACE_WHOLE_RUN", "1");
+    let (out, err, code) = outcome(c);
+    assert_eq!(
+        (out.as_str(), err.as_str(), code),
+        ("fake_rocm_train: done 4 steps, 1 tools\n", "", Some(0)),
+        "log:\n{}",
+        w.log_text()
+    );
+    let t = only_trace(&w);
+    // Per step: two kernels, one copy, one fill carried out as two fill dispatches.
+    assert_eq!(t.kernel_steps(), vec![0, 1, 2, 3]);
+    assert_eq!(t.kernels(), 2 * steps);
+    let count = |cat: &str| {
+        t.events()
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["cat"] == cat)
+            .count()
+    };
+    assert_eq!(count("gpu_memcpy"), steps, "every copy");
+    assert_eq!(count("gpu_memset"), 2 * steps, "every fill dispatch");
+    let calls = |name: &str| {
+        t.events()
+            .iter()
+            .filter(|e| e["cat"] == "cuda_runtime" && e["name"] == name)
+            .count()
+    };
+    assert_eq!(
+        (
+            calls("hipLaunchKernel"),
+            calls("hipMemcpyAsync"),
+            calls("hipMemsetAsync")
+        ),
+        (2 * steps, steps, steps)
+    );
+    t.assert_correlated();
+    // Each kernel, copy and fill dispatch has its flow from its call.
+    assert_eq!(
+        kinetrace_test_support::trace::assert_one_flow_per_gpu_record(&t.json),
+        5 * steps
+    );
+    assert_eq!(
+        t.json["dropped_events"]["rocm"], 0,
+        "{}",
+        t.json["dropped_events"]
+    );
+    assert_eq!(w.log_text(), "", "nothing to report at a normal exit");
+}

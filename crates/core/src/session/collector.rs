@@ -353,13 +353,21 @@ impl Collector {
             Some(w) => w,
             None => self.new_window(at, shared),
         };
-        // What the trace can say first (HTA reads the rank from the start of the file).
+        // What the trace can say first (HTA reads the rank from the start of the file; streaming
+        // readers take the devices from the head). The sources were enabled before this start
+        // was queued, so they know the devices they will record on, if they can know them now.
+        let devices = lock(&shared.sources)
+            .list
+            .iter()
+            .flat_map(|s| s.device_properties())
+            .collect();
         let info = WindowInfo {
             cycle,
             rank: self.rank,
             world_size: self.world_size,
             pid: std::process::id(),
             host_name: super::host_name(),
+            devices,
         };
         let opened = match sinks {
             Some(mut sinks) => sinks.open(&info),
