@@ -15,9 +15,11 @@ Each run must print the same stdout and exit with the same code.
 The framework view (ATen ops compared with torch.profiler's) is checked through both routes ops take
 into kinetrace: the compiled RecordFunction recorder (`python/kinetrace/_ops_ext.cpp`, built once per
 session by the `built` fixture, timed, into a private cache dir) and PyTorch's NVTX ranges; and the
-fallback to NVTX when the recorder cannot be built (a compiler that fails). Under `CI=true` a
+fallback to NVTX when the recorder cannot be built (a compiler that fails); and a build for the run
+only, in record's private directory, when the cache is not this user's alone. Under `CI=true` a
 recorder that does not build fails the tests; elsewhere (no C++ compiler, say) the recorder's cases
-are skipped with the reason.
+are skipped with the reason. What other local users could do to the cache is tested without torch
+in crates/preload/tests/torch_ext.rs.
 
 Required (a missing venv fails) when `KINETRACE_TORCH_TESTS=1` or `CI=true` is set; otherwise it runs
 when the torch venv (~5 GB) exists and is skipped, with the reason, when it does not. The pytest
@@ -504,6 +506,41 @@ def test_pytorch_ops_fall_back_to_nvtx_when_the_recorder_cannot_build(built, tmp
                  dict(env, PYTHONPATH=str(ROOT / "python")), tmp_path)
     assert again.returncode == 1, again.stderr
     assert "an earlier build for this torch failed" in again.stderr, again.stderr
+
+
+def test_without_a_usable_cache_record_builds_the_recorder_for_the_run_only(built, tmp_path):
+    if not built["recorder"]:
+        _no_recorder(built)
+    script = tmp_path / "train_ops.py"
+    script.write_text(OPS_TRAIN)
+    env = _env(tmp_path)
+    # A cache directory others can write to (a shared XDG_CACHE_HOME): neither used nor written.
+    shared = tmp_path / "shared-cache"
+    shared.mkdir()
+    shared.chmod(0o777)
+    env["XDG_CACHE_HOME"] = str(shared)
+    out, log = tmp_path / "traces", tmp_path / "kinetrace.log"
+    rec = _run(
+        [str(built["kinetrace"]), "record", "--iterations", "3", "--start-iteration", "2",
+         "-o", str(out), "--log", str(log), "--no-summary", "--",
+         str(TORCH_PYTHON), str(script), "record"],
+        env, tmp_path,
+    )
+    assert rec.returncode == 0, rec.stderr
+    assert rec.stdout == "trained\n", rec.stdout
+    # One line: built into record's private per-run directory, and why not into the cache.
+    said = [l for l in rec.stderr.splitlines() if l.startswith("kinetrace: built the PyTorch op")]
+    assert len(said) == 1, rec.stderr
+    assert (", for this run only: no usable cache: %s is writable by its group or others"
+            % shared) in said[0], said[0]
+    assert RECORDER_LINE in log.read_text(), log.read_text()
+    (trace,) = _traces(out)
+    _, xs = _x_events(trace)
+    assert _framework_ops(xs)["aten::addmm"] == ("cpu_op", 9)
+    assert list(shared.iterdir()) == []
+    # For the run only: it went with record's directory.
+    built_at = said[0].split(" s (", 1)[1].split(", for this run only")[0]
+    assert built_at.endswith(".so") and not os.path.exists(built_at), said[0]
 
 
 FORK = r"""

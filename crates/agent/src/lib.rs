@@ -23,8 +23,9 @@ The life of a process ([`state`] draws it):
   start afresh.
 - At exit ([`at_exit`]) a capture in progress is saved within [`EXIT_BUDGET`]; past it the
   unfinished files are removed and the process exits anyway, leaving no partial trace.
-- Starting also removes, on a helper thread, what processes of the same user on this host left
-  when they were killed or left with `_exit` (spools, temporary traces, control sockets).
+- Starting also removes, on a helper thread, what processes of the same user on this host (and
+  pid namespace) left when they were killed or left with `_exit` (spools, temporary traces,
+  control sockets); exit waits for it, bounded, so a short process finishes it too.
 - If another CUPTI client takes over ([`foreign_cupti_client`]) or another tool is injected,
   kinetrace steps aside with one message.
 
@@ -52,6 +53,7 @@ mod serve;
 mod start;
 pub mod state;
 
+pub use cleanup::process_is_gone;
 pub use kinetrace::rocm_tool;
 pub use log::{log, panicked, StderrWriter};
 pub use process::{

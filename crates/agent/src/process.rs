@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kinetrace::Profiler;
 use kinetrace_core::recorder;
@@ -38,6 +38,8 @@ pub(crate) struct Running {
     pub stop: Arc<AtomicBool>,
     /// The control socket, removed at exit.
     pub control_path: Mutex<Option<PathBuf>>,
+    /// The removal of what killed processes left, which exit waits for (bounded).
+    pub cleanup: OnceLock<Arc<crate::cleanup::Cleanup>>,
 }
 
 /// What the embedding (the shim) supplies, once, from its constructor.
@@ -352,12 +354,14 @@ pub fn foreign_cupti_client() {
     }
 }
 
-/// Process exit: save a capture in progress within [`EXIT_BUDGET`], remove the control socket.
+/// Process exit: save a capture in progress within [`EXIT_BUDGET`], remove the control socket,
+/// let the removal of what killed processes left finish (within what is left of the budget).
 pub fn at_exit() {
     if PROCESS.phase.get() != Phase::Running {
         return;
     }
     let Some(r) = running() else { return };
+    let deadline = Instant::now() + EXIT_BUDGET;
     r.stop.store(true, Ordering::Relaxed);
     if let Some(p) = r
         .control_path
@@ -386,7 +390,7 @@ pub fn at_exit() {
         });
     let gave_up = match spawned {
         Err(_) => Some("could not start saving the capture in progress at exit".to_string()),
-        Ok(_) => match rx.recv_timeout(EXIT_BUDGET) {
+        Ok(_) => match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok(_) => None,
             Err(RecvTimeoutError::Timeout) => Some(format!(
                 "gave up saving the capture in progress after {} s at exit",
@@ -405,6 +409,15 @@ pub fn at_exit() {
         (r.log)(&format!(
             "{why}; its unfinished files were removed and no trace file was left"
         ));
+    }
+    if let Some(c) = r.cleanup.get() {
+        let until = deadline.min(Instant::now() + crate::cleanup::CLEANUP_EXIT_WAIT);
+        if !c.wait_until(until) {
+            (r.log)(
+                "the removal of files killed processes left was not over at exit; the next \
+                 kinetrace process of this user tries again",
+            );
+        }
     }
     PROCESS.phase.apply(Event::Exit);
 }
@@ -448,7 +461,9 @@ fn ensure_started(event: Event) -> Install {
                 if listen {
                     crate::serve::start_control(r);
                 }
-                crate::cleanup::start_cleanup(r);
+                if let Some(c) = crate::cleanup::start_cleanup(r) {
+                    let _ = r.cleanup.set(c);
+                }
             }
             let install = Install {
                 atexit: true,

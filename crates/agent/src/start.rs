@@ -166,6 +166,7 @@ pub(crate) fn start(with_cuda: bool) -> Result<Option<Running>, StartError> {
         worker,
         stop: Arc::new(AtomicBool::new(false)),
         control_path: Mutex::new(None),
+        cleanup: std::sync::OnceLock::new(),
     }))
 }
 

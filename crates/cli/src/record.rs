@@ -610,9 +610,11 @@ fn report(plan: &RecordPlan) {
     // Only the unfinished files of processes that are gone: one that outlived the command (started
     // in the background) is still writing its trace.
     let removed = match kinetrace_agent::control::effective_uid() {
-        Some(uid) => kinetrace::export::writer::remove_abandoned(&plan.run_dir, uid, &|pid| {
-            !Path::new(&format!("/proc/{pid}")).exists()
-        })
+        Some(uid) => kinetrace::export::writer::remove_abandoned(
+            &plan.run_dir,
+            uid,
+            &kinetrace_agent::process_is_gone,
+        )
         .len(),
         None => 0,
     };
