@@ -140,6 +140,17 @@ fn locate_trusting(path: &Path, trusted: &dyn Fn(u32) -> bool) -> io::Result<Pla
                 }
                 let target = rustix::fs::readlinkat(&cur, &seg, Vec::new())
                     .map_err(|e| at(e, path, "resolve"))?;
+                // The link read must be the one whose owner was checked (in a directory others
+                // can write to, it may have been swapped in between).
+                let again = rustix::fs::statat(&cur, &seg, AtFlags::SYMLINK_NOFOLLOW)
+                    .map_err(|e| at(e, path, "resolve"))?;
+                if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino) {
+                    return Err(refused(format!(
+                        "{}: {} changed while it was read",
+                        path.display(),
+                        Path::new(&seg).display()
+                    )));
+                }
                 let target = PathBuf::from(OsStr::from_bytes(target.as_bytes()));
                 push_components(&mut todo, &target);
             }
