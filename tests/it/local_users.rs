@@ -77,6 +77,11 @@ fn a_symlink_planted_in_a_shared_trace_dir_is_never_written_through() {
         assert!(std::fs::read_to_string(&path)
             .unwrap()
             .contains("traceEvents"));
+        assert_eq!(
+            std::fs::read_to_string(&secret).unwrap(),
+            "secret",
+            "the trace was written through a planted temp name"
+        );
 
         let mut into_link = TraceDir::new(shared.join("sub"));
         into_link.worker = "w".into();
