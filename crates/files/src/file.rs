@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags};
@@ -226,6 +226,73 @@ pub(crate) fn link_no_replace(dir: &Dir, from: &str, to: &str) -> Result<(), Err
     rustix::fs::linkat(dir.fd(), from, dir.fd(), to, AtFlags::empty())?;
     let _ = rustix::fs::unlinkat(dir.fd(), from, AtFlags::empty());
     Ok(())
+}
+
+/// Opens the file `path` for appending (a log), creating it (mode 0666 less the umask) if missing,
+/// with `O_NONBLOCK` (a FIFO nobody reads fails at once instead of blocking). Its directory is
+/// opened as [`Dir::open`] does. The file itself is opened with `O_NOFOLLOW`; a symlink there is
+/// followed only when root or this process's effective uid owns it (`/dev/stderr`), and only if it
+/// is still the same link after the open; another user's link is refused.
+pub fn open_append(path: &Path) -> io::Result<File> {
+    let me = crate::euid();
+    open_append_trusting(path, &|uid| uid == 0 || uid == me)
+}
+
+fn open_append_trusting(path: &Path, trusted: &dyn Fn(u32) -> bool) -> io::Result<File> {
+    let name = path.file_name().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} names no file", path.display()),
+        )
+    })?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let dir = crate::dir::open_trusting(parent, trusted)?;
+    let flags =
+        OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    match rustix::fs::openat(
+        dir.fd(),
+        name,
+        flags | OFlags::NOFOLLOW,
+        Mode::from_raw_mode(0o666),
+    ) {
+        Ok(fd) => Ok(File::from(fd)),
+        Err(Errno::LOOP) => {
+            let link = rustix::fs::statat(dir.fd(), name, AtFlags::SYMLINK_NOFOLLOW)
+                .map_err(|e| at(e, path, "open"))?;
+            if !trusted(link.st_uid) {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!(
+                        "cannot open {}: it is a symlink owned by uid {}; kinetrace follows only \
+                         symlinks of root or of its own uid {}",
+                        path.display(),
+                        link.st_uid,
+                        crate::euid()
+                    ),
+                ));
+            }
+            // Followed by the kernel (a magic link such as /proc/self/fd/2 has no text to walk),
+            // then checked to be the link that was judged.
+            let fd = rustix::fs::openat(dir.fd(), name, flags, Mode::from_raw_mode(0o666))
+                .map_err(|e| at(e, path, "open"))?;
+            let again = rustix::fs::statat(dir.fd(), name, AtFlags::SYMLINK_NOFOLLOW)
+                .map_err(|e| at(e, path, "open"))?;
+            if (again.st_dev, again.st_ino) != (link.st_dev, link.st_ino) {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!(
+                        "cannot open {}: it changed while it was opened",
+                        path.display()
+                    ),
+                ));
+            }
+            Ok(File::from(fd))
+        }
+        Err(e) => Err(at(e, path, "open")),
+    }
 }
 
 /// Writes `bytes` to `name` in `dir` through a temporary file (`.{name}.{random}.tmp`) published
@@ -479,6 +546,32 @@ mod tests {
         // The temporary name is gone; the handle no longer has anything to remove.
         t.live = false;
         assert_eq!(names(tmp.path()), ["fresh", "planted"]);
+    }
+
+    #[test]
+    fn a_log_is_appended_to_without_following_another_users_link() {
+        let (tmp, _d) = dir();
+        let log = tmp.path().join("kinetrace.log");
+        for line in ["a\n", "b\n"] {
+            open_append(&log)
+                .unwrap()
+                .write_all(line.as_bytes())
+                .unwrap();
+        }
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "a\nb\n");
+        let victim = tmp.path().join("victim");
+        std::fs::write(&victim, "secret").unwrap();
+        let link = tmp.path().join("planted.log");
+        symlink(&victim, &link).unwrap();
+        // As if another user had planted it: not followed, nothing appended.
+        let e = open_append_trusting(&link, &|_| false).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        assert!(e.to_string().contains("is a symlink owned by uid"), "{e}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "secret");
+        // One's own link (`/dev/stderr` is root's) is followed.
+        open_append(&link).unwrap().write_all(b"!").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "secret!");
+        assert!(open_append(Path::new("/dev/null")).is_ok());
     }
 
     #[test]

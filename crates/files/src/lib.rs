@@ -29,7 +29,7 @@ mod dir;
 mod file;
 
 pub use dir::{Dir, Place};
-pub use file::{write_new, Replace, Temp};
+pub use file::{open_append, write_new, Replace, Temp};
 
 /// This process's effective uid.
 pub fn euid() -> u32 {
