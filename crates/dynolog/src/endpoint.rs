@@ -205,8 +205,8 @@ impl Endpoint {
 }
 
 impl Endpoint {
-    /// One datagram: its length, the sender's address and its credentials (uid, pid).
-    fn recv(&mut self) -> io::Result<(usize, Address, Option<(u32, i32)>)> {
+    /// One datagram: its length, the sender's address and its credentials.
+    fn recv(&mut self) -> io::Result<(usize, Address, Option<Cred>)> {
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmCredentials(1))];
         let mut control = rustix::net::RecvAncillaryBuffer::new(&mut space);
         let mut iov = [IoSliceMut::new(&mut self.buf)];
@@ -238,6 +238,9 @@ impl Endpoint {
         Ok((msg.bytes.min(self.buf.len()), from, cred))
     }
 }
+
+/// A sender's (uid, pid), as the kernel vouches for them.
+type Cred = (u32, i32);
 
 /// A sender's address.
 enum Address {

@@ -374,6 +374,8 @@ fn umask() -> u32 {
 /// not replaced, the cautious side).
 type Identity = (u64, u64, i64, i64);
 
+// The field types differ across architectures (st_ctime_nsec is unsigned on x86-64).
+#[allow(clippy::unnecessary_cast)]
 fn identity(st: &rustix::fs::Stat) -> Identity {
     (
         st.st_dev as u64,
