@@ -221,11 +221,25 @@ pub(crate) fn rename_no_replace(dir: &Dir, from: &str, to: &str) -> Result<(), E
 }
 
 /// The fallback of [`rename_no_replace`]: a hard link under the final name, then the temporary
-/// name removed (if that fails, the hidden temporary name stays beside the published file).
+/// name removed (if that fails, the hidden temporary name stays beside the published file). A
+/// filesystem without hard links either (`EPERM`, `EOPNOTSUPP`: FAT, some FUSE) gets a plain rename
+/// when the name is free: a name planted between the check and the rename would be replaced, never
+/// written through, and the trace is not lost.
 pub(crate) fn link_no_replace(dir: &Dir, from: &str, to: &str) -> Result<(), Errno> {
-    rustix::fs::linkat(dir.fd(), from, dir.fd(), to, AtFlags::empty())?;
-    let _ = rustix::fs::unlinkat(dir.fd(), from, AtFlags::empty());
-    Ok(())
+    match rustix::fs::linkat(dir.fd(), from, dir.fd(), to, AtFlags::empty()) {
+        Ok(()) => {
+            let _ = rustix::fs::unlinkat(dir.fd(), from, AtFlags::empty());
+            Ok(())
+        }
+        Err(Errno::PERM | Errno::OPNOTSUPP | Errno::MLINK) => {
+            match rustix::fs::statat(dir.fd(), to, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(_) => Err(Errno::EXIST),
+                Err(Errno::NOENT) => rustix::fs::renameat(dir.fd(), from, dir.fd(), to),
+                Err(e) => Err(e),
+            }
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Opens the file `path` for appending (a log), creating it (mode 0666 less the umask) if missing,
