@@ -214,6 +214,7 @@ pub struct ProfilerBuilder {
     log: Option<LogFn>,
     dynolog: Option<bool>,
     dynolog_interval: Option<Duration>,
+    dynolog_uid: Option<Option<u32>>,
     perfetto: bool,
     errors: Vec<Error>,
 }
@@ -239,6 +240,7 @@ impl Default for ProfilerBuilder {
             log: None,
             dynolog: None,
             dynolog_interval: None,
+            dynolog_uid: None,
             perfetto: false,
             errors: Vec::new(),
         }
@@ -428,6 +430,15 @@ impl ProfilerBuilder {
         self
     }
 
+    /// Also accept dynolog replies from this uid (a daemon run as a service user; default:
+    /// `$KINETRACE_DYNOLOG_UID`, else none). Replies count only from senders whose credentials the
+    /// kernel vouches for: root, this process's uid, or this one; any other user who binds the
+    /// daemon's name while the daemon is down is dropped with one log line.
+    pub fn dynolog_uid(mut self, uid: Option<u32>) -> Self {
+        self.dynolog_uid = Some(uid);
+        self
+    }
+
     /// Time between dynolog polls (default 5 s, Kineto's `ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS`;
     /// the daemon forgets a process silent for over 60 s).
     pub fn dynolog_interval(mut self, interval: Duration) -> Self {
@@ -461,6 +472,10 @@ impl ProfilerBuilder {
         let dynolog = match self.dynolog {
             Some(on) => on,
             None => env_flag("KINETRACE_DYNOLOG")?,
+        };
+        let dynolog_uid = match self.dynolog_uid {
+            Some(u) => u,
+            None => env_uid("KINETRACE_DYNOLOG_UID")?,
         };
         let (rank, world_size) = match (self.rank, self.world_size) {
             (Some(r), Some(w)) => (Some(r), Some(w)),
@@ -526,6 +541,7 @@ impl ProfilerBuilder {
                 if let Some(i) = self.dynolog_interval {
                     settings.interval = i;
                 }
+                settings.allowed_uid = dynolog_uid;
                 kinetrace_dynolog::start(session.handle(), settings, log.clone())
             })
             .flatten();
@@ -551,6 +567,20 @@ fn env_flag(key: &str) -> Result<bool, Error> {
             key: key.to_string(),
             message: format!("`{other}` is not a switch; expected 1, 0, true or false"),
         }),
+    }
+}
+
+/// A uid from an environment variable (unset or empty: none), as the agent's key table reads it.
+fn env_uid(key: &str) -> Result<Option<u32>, Error> {
+    match std::env::var(key).as_deref().map(str::trim) {
+        Err(_) | Ok("") => Ok(None),
+        Ok(v) => match v.parse::<u32>() {
+            Ok(n) if n != u32::MAX => Ok(Some(n)),
+            _ => Err(Error::Config {
+                key: key.to_string(),
+                message: format!("`{v}` is not a uid; expected an integer >= 0 such as 998"),
+            }),
+        },
     }
 }
 

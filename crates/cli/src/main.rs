@@ -9,6 +9,7 @@ mod csv;
 mod diff;
 mod diff_csv;
 mod doctor;
+mod output;
 mod record;
 mod signals;
 mod svg;

@@ -670,3 +670,84 @@ fn convert_writes_a_pftrace_and_refuses_other_outputs_and_non_traces() {
     // The earlier file is untouched by the failed conversion.
     assert_eq!(std::fs::read(&out).unwrap(), bytes);
 }
+
+/// Another local user plants symlinks in a shared output directory (mode 0777, not sticky) at a
+/// directory component and at the final names a root `kinetrace` writes (`convert`, `analyze
+/// --csv`, `--plot`): nothing is written through them, nothing planted is replaced, and each command
+/// fails naming what it found.
+#[test]
+fn symlinks_planted_in_a_shared_output_dir_are_never_written_through() {
+    let test = "symlinks_planted_in_a_shared_output_dir_are_never_written_through";
+    let Some(other) = kinetrace_test_support::users::other_user(test) else {
+        return;
+    };
+    use std::os::unix::fs::PermissionsExt;
+    let shared = other.world_dir();
+    let victim = tempfile::tempdir().unwrap();
+    let secret = victim.path().join("secret");
+    std::fs::write(&secret, "secret").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let input_dir = tempfile::tempdir().unwrap();
+    write(input_dir.path(), "t.json", &trace(0));
+    let input = input_dir.path().join("t.json");
+    let input = input.to_str().unwrap();
+    let as_other = |args: &[&str]| {
+        let mut c = other.command(args[0]);
+        c.args(&args[1..]).current_dir(shared.path());
+        let o = common::output(&mut c, common::RUN);
+        assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
+    };
+    let at = |p: &str| shared.path().join(p).to_str().unwrap().to_string();
+    let (victim_dir, secret_s) = (victim.path().to_str().unwrap(), secret.to_str().unwrap());
+    as_other(&["ln", "-s", victim_dir, &at("sub")]);
+    as_other(&["ln", "-s", secret_s, &at("out.pftrace")]);
+    as_other(&["mkdir", &at("csv")]);
+    for name in [
+        "idle.csv",
+        "kernel_types.csv",
+        "kernels.csv",
+        "memory.csv",
+        "memory_timeline.csv",
+        "ops.csv",
+        "overlap.csv",
+        "steps.csv",
+        "temporal.csv",
+    ] {
+        as_other(&["ln", "-s", secret_s, &at(&format!("csv/{name}"))]);
+    }
+    as_other(&["ln", "-s", secret_s, &at("csv/plot.svg")]);
+    let runs: [&[&str]; 5] = [
+        &["convert", input, &at("sub/out.pftrace")],
+        &["convert", input, &at("out.pftrace")],
+        &["analyze", input, "--csv", &at("csv")],
+        &["analyze", input, "--csv", &at("sub")],
+        &["analyze", input, "--plot", &at("csv/plot.svg")],
+    ];
+    for args in runs {
+        let o = kinetrace(args);
+        let err = text(&o.stderr);
+        assert_ne!(o.status.code(), Some(0), "{args:?} succeeded: {err}");
+        assert!(
+            err.contains("symlink") && err.contains(shared.path().to_str().unwrap()),
+            "{args:?}: {err}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&secret).unwrap(),
+            "secret",
+            "{args:?}"
+        );
+        let mode = std::fs::metadata(&secret).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{args:?}");
+        let in_victim: Vec<_> = std::fs::read_dir(victim.path()).unwrap().collect();
+        assert_eq!(
+            in_victim.len(),
+            1,
+            "{args:?}: written into the victim's directory"
+        );
+    }
+    // The planted links are still links: nothing was replaced either.
+    for p in ["out.pftrace", "csv/temporal.csv", "csv/plot.svg", "sub"] {
+        let m = std::fs::symlink_metadata(shared.path().join(p)).unwrap();
+        assert!(m.file_type().is_symlink(), "{p}");
+    }
+}

@@ -2,9 +2,16 @@
 //! `Config::handleOption`, `Config::validate`): one `KEY=VALUE` per line, `#` starting a comment,
 //! blank lines and surrounding spaces ignored. A pure function from text (and the process's clock and
 //! step) to a [`Request`], so every rule is tested without a daemon.
+//!
+//! A request may come from someone else than the operator (see `endpoint.rs`), so what it may
+//! name is narrower than Kineto's text check: the log file lies below the on-demand directory,
+//! its path made of plain names (no `..`, no empty component) of [`SAFE`] characters, and its name
+//! ends in `.json` or `.json.gz` (the directories themselves are checked when opened: no symlink,
+//! no directory of another user or open to others). Every value that reaches the trace (trace ids,
+//! the settings not applied) is of [`SAFE`] characters too, or the request is refused.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use kinetrace_core::session::CaptureLength;
@@ -17,6 +24,11 @@ pub const DEFAULT_WARMUP: Duration = Duration::from_secs(5);
 pub const START_MARGIN: Duration = Duration::from_secs(2);
 /// Kineto's capture length when a timed request names none.
 pub const DEFAULT_DURATION: Duration = Duration::from_millis(500);
+/// The characters a request's values and paths may hold besides ASCII letters and digits: no
+/// spaces, quotes, `$`, backquotes or control characters.
+pub const SAFE: &str = "._-:+@/,=";
+/// The longest value accepted.
+pub const MAX_VALUE: usize = 256;
 
 /// What the process knows when a request arrives.
 #[derive(Clone, Debug)]
@@ -65,6 +77,10 @@ pub struct Request {
     pub length: CaptureLength,
     /// The trace file, with Kineto's `_<pid>` suffix.
     pub log_file: PathBuf,
+    /// Its directory relative to the on-demand directory (plain names; empty: that directory).
+    pub dir: PathBuf,
+    /// Its file name (ending in `.json` or `.json.gz`).
+    pub file_name: String,
     /// `REQUEST_TRACE_ID` (and `REQUEST_GROUP_TRACE_ID`), for the trace's metadata.
     pub trace_ids: Vec<(String, String)>,
     /// `KEY=VALUE` settings accepted and not applied (flags kinetrace does not record per request,
@@ -119,6 +135,9 @@ pub fn parse(text: &str, ctx: &Context) -> Result<Request, RequestError> {
             return Err(error("line", line, "is not KEY=VALUE"));
         };
         let (key, value) = (key.trim(), value.trim());
+        // Keys and values reach the trace's metadata (the settings not applied, the trace ids).
+        check_safe(key, key)?;
+        check_safe(key, value)?;
         let int = |min: u64, form: &str| -> Result<u64, RequestError> {
             value
                 .parse::<u64>()
@@ -171,7 +190,7 @@ pub fn parse(text: &str, ctx: &Context) -> Result<Request, RequestError> {
             _ => ignored.push(format!("{key}={value}")),
         }
     }
-    let log_file = output_path(log_file.as_deref(), ctx)?;
+    let (log_file, dir, file_name) = output_path(log_file.as_deref(), ctx)?;
     let (start, length) = if start_iteration.is_some() || roundup.is_some() {
         let Some(n) = iterations else {
             return Err(error(
@@ -219,44 +238,112 @@ pub fn parse(text: &str, ctx: &Context) -> Result<Request, RequestError> {
         start,
         length,
         log_file,
+        dir,
+        file_name,
         trace_ids,
         ignored,
     })
 }
 
-/// The trace file for `ACTIVITIES_LOG_FILE`: only under the on-demand directory and without `..`
-/// (Kineto's `isAllowedOnDemandTraceFile`); `x.pt.trace.json` becomes `x_<pid>.pt.trace.json` and
-/// else `x.json` becomes `x_<pid>.json` (Kineto's naming, which `dyno` prints). None given: Kineto's
-/// default `libkineto_activities_<pid>.json` in that directory.
-fn output_path(value: Option<&str>, ctx: &Context) -> Result<PathBuf, RequestError> {
+/// Whether `c` may appear in a value or a path of a request.
+fn safe_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || SAFE.contains(c)
+}
+
+/// A value (or key) of [`SAFE`] characters and at most [`MAX_VALUE`] bytes, else an error naming
+/// the key.
+fn check_safe(key: &str, value: &str) -> Result<(), RequestError> {
+    if value.len() > MAX_VALUE {
+        return Err(error(
+            key,
+            &value[..value.floor_char_boundary_compat(40)],
+            format!("… is longer than {MAX_VALUE} bytes; the request is refused"),
+        ));
+    }
+    if let Some(c) = value.chars().find(|c| !safe_char(*c)) {
+        return Err(error(
+            key,
+            &value.escape_debug().to_string(),
+            format!(
+                "holds {:?}: request values may hold only ASCII letters, digits and {SAFE} \
+                 (they reach the trace); the request is refused",
+                c
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `str::floor_char_boundary` for the MSRV.
+trait FloorBoundary {
+    fn floor_char_boundary_compat(&self, i: usize) -> usize;
+}
+
+impl FloorBoundary for str {
+    fn floor_char_boundary_compat(&self, mut i: usize) -> usize {
+        i = i.min(self.len());
+        while !self.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    }
+}
+
+/// The trace file for `ACTIVITIES_LOG_FILE`: (the path, its directory relative to the on-demand
+/// directory, its name). Only below the on-demand directory (Kineto's
+/// `isAllowedOnDemandTraceFile`), through plain names of [`SAFE`] characters, to a name ending in
+/// `.json` or `.json.gz`; `x.pt.trace.json` becomes `x_<pid>.pt.trace.json` and else `x.json`
+/// becomes `x_<pid>.json` (Kineto's naming, which `dyno` prints). None given: Kineto's default
+/// `libkineto_activities_<pid>.json` in that directory.
+fn output_path(
+    value: Option<&str>,
+    ctx: &Context,
+) -> Result<(PathBuf, PathBuf, String), RequestError> {
+    let pid = ctx.pid;
     let Some(v) = value else {
-        return Ok(PathBuf::from(format!(
-            "{}libkineto_activities_{}.json",
-            ctx.trace_dir, ctx.pid
-        )));
+        let name = format!("libkineto_activities_{pid}.json");
+        return Ok((
+            PathBuf::from(format!("{}{name}", ctx.trace_dir)),
+            PathBuf::new(),
+            name,
+        ));
     };
-    let expected = || {
+    let expected = |why: &str| {
         format!(
-            "is not allowed; expected a file path under {} without `..` (the directory \
-             KINETO_ONDEMAND_TRACE_DIR names, else /tmp/), such as {}trace.json",
+            "is not allowed ({why}); expected a path under {} (the directory \
+             KINETO_ONDEMAND_TRACE_DIR names, else /tmp/) through plain names (no `..`), ending in \
+             .json or .json.gz, such as {}trace.json",
             ctx.trace_dir, ctx.trace_dir
         )
     };
-    if !v.starts_with(&ctx.trace_dir) || v.contains("..") || v.len() == ctx.trace_dir.len() {
-        return Err(error("ACTIVITIES_LOG_FILE", v, expected()));
-    }
-    let pid = ctx.pid;
-    let named = if let Some(i) = v.find(".pt.trace.json") {
-        format!("{}_{pid}{}", &v[..i], &v[i..])
-    } else if let Some(i) = v.find(".json") {
-        format!("{}_{pid}{}", &v[..i], &v[i..])
-    } else {
-        v.to_string()
+    let refuse = |why: &str| Err(error("ACTIVITIES_LOG_FILE", v, expected(why)));
+    let Some(rest) = v.strip_prefix(&ctx.trace_dir) else {
+        return refuse("outside the on-demand directory");
     };
-    if named.ends_with('/') {
-        return Err(error("ACTIVITIES_LOG_FILE", v, expected()));
+    let parts: Vec<&str> = rest.split('/').collect();
+    if parts
+        .iter()
+        .any(|p| p.is_empty() || *p == "." || *p == "..")
+    {
+        return refuse("an empty, `.` or `..` component");
     }
-    Ok(PathBuf::from(named))
+    if let Some(c) = rest.chars().find(|c| !safe_char(*c)) {
+        return refuse(&format!("the character {c:?}"));
+    }
+    let (file, dirs) = parts.split_last().unwrap_or((&"", &[]));
+    let named = if let Some(i) = file.find(".pt.trace.json") {
+        format!("{}_{pid}{}", &file[..i], &file[i..])
+    } else if let Some(i) = file.find(".json") {
+        format!("{}_{pid}{}", &file[..i], &file[i..])
+    } else {
+        file.to_string()
+    };
+    if !(named.ends_with(".json") || named.ends_with(".json.gz")) || named.starts_with('.') {
+        return refuse("the file name must end in .json or .json.gz and not start with `.`");
+    }
+    let dir: PathBuf = dirs.iter().collect();
+    let log_file = Path::new(&ctx.trace_dir).join(&dir).join(&named);
+    Ok((log_file, dir, named))
 }
 
 #[cfg(test)]
@@ -350,19 +437,37 @@ mod tests {
             file("/tmp/a.pt.trace.json", &c).unwrap().log_file,
             PathBuf::from("/tmp/a_4242.pt.trace.json")
         );
+        let r = file("/tmp/run/x/t.json.gz", &c).unwrap();
+        assert_eq!(r.log_file, PathBuf::from("/tmp/run/x/t_4242.json.gz"));
         assert_eq!(
-            file("/tmp/plain", &c).unwrap().log_file,
-            PathBuf::from("/tmp/plain")
+            (r.dir, r.file_name),
+            (PathBuf::from("run/x"), "t_4242.json.gz".into())
+        );
+        // Only the file name gets the pid, whatever the directories are called.
+        assert_eq!(
+            file("/tmp/a.json.d/t.json", &c).unwrap().log_file,
+            PathBuf::from("/tmp/a.json.d/t_4242.json")
         );
         for bad in [
             "/etc/passwd.json",
             "/tmp/../etc/x.json",
             "/tmpx/a.json",
             "/tmp/",
+            "/tmp/plain",
+            "/tmp/x/.bashrc",
+            "/tmp/a//b.json",
+            "/tmp/./b.json",
+            "/tmp/x/",
+            "/tmp/a b.json",
+            "/tmp/$(id).json",
         ] {
             let e = file(bad, &c).unwrap_err();
             assert_eq!(e.key, "ACTIVITIES_LOG_FILE", "{bad}");
-            assert!(e.to_string().contains("under /tmp/ without `..`"), "{e}");
+            let e = e.to_string();
+            assert!(
+                e.contains("expected a path under /tmp/") || e.contains("the request is refused"),
+                "{e}"
+            );
         }
         assert_eq!(
             parse("ACTIVITIES_DURATION_MSECS=5", &c).unwrap().log_file,
@@ -375,6 +480,28 @@ mod tests {
             file("/data/traces/a.json", &c).unwrap().log_file,
             PathBuf::from("/data/traces/a_4242.json")
         );
+    }
+
+    #[test]
+    fn values_that_reach_the_trace_hold_only_safe_characters() {
+        let c = ctx();
+        for bad in [
+            "REQUEST_TRACE_ID=$(id>/tmp/x)",
+            "REQUEST_GROUP_TRACE_ID=a b",
+            "PROFILE_WITH_STACK=`touch x`",
+            "NEW_KEY=x;y",
+            "BAD\"KEY=1",
+        ] {
+            let e = parse(bad, &c).unwrap_err();
+            assert!(
+                e.to_string().contains("the request is refused"),
+                "{bad}: {e}"
+            );
+        }
+        let e = parse(&format!("REQUEST_TRACE_ID={}", "a".repeat(300)), &c).unwrap_err();
+        assert!(e.to_string().contains("longer than 256 bytes"), "{e}");
+        let r = parse("REQUEST_TRACE_ID=4f2a-9:b", &c).unwrap();
+        assert_eq!(r.trace_ids[0].1, "4f2a-9:b");
     }
 
     #[test]

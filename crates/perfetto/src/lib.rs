@@ -19,13 +19,15 @@ lanes for overlapping slices, flows, annotations, counters).
 mod convert;
 pub mod proto;
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::Path;
+
+use kinetrace_files::{Dir, Replace};
 
 pub use convert::{convert, ConvertError, Stats};
 
 /// Reads a Kineto trace (`.json` or `.json.gz`) and writes it as `.pftrace` to `output` (through a
-/// temporary file renamed into place).
+/// temporary file renamed into place; see [`write_output`] for what an existing `output` gets).
 pub fn convert_file(input: &Path, output: &Path) -> Result<Stats, ConvertError> {
     let err = |what: &str, p: &Path, e: &dyn std::fmt::Display| {
         ConvertError(format!("cannot {what} {}: {e}", p.display()))
@@ -42,20 +44,27 @@ pub fn convert_file(input: &Path, output: &Path) -> Result<Stats, ConvertError> 
     let (bytes, stats) =
         convert(&text).map_err(|e| ConvertError(format!("{}: {e}", input.display())))?;
     drop(text);
+    write_output(output, &bytes)?;
+    Ok(stats)
+}
+
+/// Writes `bytes` to `output` through `kinetrace-files`: its directory (which must exist) is opened
+/// once without following another user's symlink, the bytes go to a new 0600 temporary file there,
+/// and that is renamed to `output`. An existing `output` is replaced only when it is a regular file
+/// of this process's user (running a conversion twice); a symlink or another user's file there is
+/// left alone and the conversion fails saying so.
+pub fn write_output(output: &Path, bytes: &[u8]) -> Result<(), ConvertError> {
+    let fail =
+        |e: &dyn std::fmt::Display| ConvertError(format!("cannot write {}: {e}", output.display()));
     let name = output
         .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = output.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&bytes)?;
-        f.flush()?;
-        std::fs::rename(&tmp, output)
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| fail(&"the output names no file (or not in UTF-8)"))?;
+    let parent = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
     };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        err("write", output, &e)
-    })?;
-    Ok(stats)
+    let dir = Dir::open(parent).map_err(|e| fail(&e))?;
+    kinetrace_files::write_new(&dir, name, bytes, Replace::OwnFile).map_err(|e| fail(&e))?;
+    Ok(())
 }

@@ -785,6 +785,92 @@ fn a_cupti_takeover_makes_kinetrace_step_aside_and_keeps_its_trace_whole() {
     t.assert_correlated();
 }
 
+/// The step the job reports now (a status request).
+fn step_of(sock: &Path) -> u64 {
+    let r = control::send(sock, &Request::Status, Duration::from_secs(5)).unwrap();
+    r[0].get("step").unwrap().parse().unwrap()
+}
+
+/// Another local user swaps the checked `--out` directory for a symlink to a directory of root's
+/// between the request and the capture (the trace root is shared: mode 0777, not sticky): the
+/// trace goes into the directory that was checked, held open since, never through the link.
+#[test]
+fn a_trigger_out_dir_swapped_for_a_symlink_after_the_check_is_not_followed() {
+    use std::os::unix::fs::PermissionsExt;
+    let name = "a_trigger_out_dir_swapped_for_a_symlink_after_the_check_is_not_followed";
+    let Some(other) = kinetrace_test_support::users::other_user(name) else {
+        return;
+    };
+    let w = World::for_another_user();
+    let mode = |p: &Path, m: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    };
+    std::fs::create_dir(&w.out).unwrap();
+    mode(&w.out, 0o777);
+    std::fs::create_dir(w.out.join("sub")).unwrap();
+    mode(&w.out.join("sub"), 0o755);
+    let victim = w.tmp.path().join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    mode(&victim, 0o700);
+    let stop = w.tmp.path().join("stop");
+    let (child, pid) = start_job_with(
+        &w,
+        100_000,
+        100,
+        &["--stop-file", stop.to_str().unwrap()],
+        &[],
+    );
+    let sock = socket_of(&w, pid);
+    // Well ahead (100 ms a step), so the swap below comes first; checked after it.
+    let at = step_of(&sock) + 20;
+    let request = Request::Capture(CaptureSpec {
+        length: CaptureLength::Steps(1),
+        start_step: Some(at),
+        delay: None,
+        out: Some("sub".into()),
+        wait: false,
+    });
+    let r = control::send(&sock, &request, Duration::from_secs(5)).unwrap();
+    assert_eq!(r[0].verb, "accepted", "{r:?}");
+    let mut swap = other.command("sh");
+    swap.args([
+        "-c",
+        r#"mv "$1/sub" "$1/sub-moved" && ln -s "$2" "$1/sub""#,
+        "sh",
+        w.out.to_str().unwrap(),
+        victim.to_str().unwrap(),
+    ])
+    .current_dir(w.tmp.path());
+    let o = run(swap);
+    assert!(o.status.success(), "the swap failed: {}", text(&o.stderr));
+    let now = step_of(&sock);
+    assert!(
+        now < at,
+        "precondition: the capture (step {at}) must start after the swap, but the job is at {now}"
+    );
+    let traces = || {
+        let r = control::send(&sock, &Request::Status, Duration::from_secs(5)).unwrap();
+        r[0].get("traces").unwrap_or("0").to_string()
+    };
+    wait_until(
+        "the capture to end",
+        || traces() == "1" || w.log_text().contains("not written"),
+        || format!("status traces {}; log:\n{}", traces(), w.log_text()),
+    );
+    std::fs::write(&stop, "").unwrap();
+    let out = child.wait();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let written: Vec<_> = std::fs::read_dir(&victim).unwrap().collect();
+    assert!(written.is_empty(), "written through the link: {written:?}");
+    let kept = traces_in(&w.out.join("sub-moved"));
+    assert_eq!(
+        kept.len(),
+        1,
+        "the checked directory holds the trace: {kept:?}\n{}",
+        w.log_text()
+    );
+}
+
 /// Root only: a job belonging to another user refuses root's trigger (peer-credential check), and
 /// another user cannot even reach a root job's socket (0700 directory). What the other user runs is
 /// copied where it can reach it (see [`World::for_another_user`]).

@@ -130,6 +130,8 @@ pub struct Config {
     pub dynolog: bool,
     /// Between dynolog polls (`KINETRACE_DYNOLOG_INTERVAL`).
     pub dynolog_interval: Duration,
+    /// A uid besides root and the job's own whose dynolog replies count (`KINETRACE_DYNOLOG_UID`).
+    pub dynolog_uid: Option<u32>,
 }
 
 /// The framework view of a PyTorch process (the `sitecustomize` that `kinetrace record` installs
@@ -176,6 +178,7 @@ impl Default for Config {
             torch: TorchCapture::default(),
             dynolog: false,
             dynolog_interval: Duration::from_secs(5),
+            dynolog_uid: None,
         }
     }
 }
@@ -317,6 +320,7 @@ struct Layer {
     with_modules: Option<bool>,
     dynolog: Option<bool>,
     dynolog_interval: Option<Duration>,
+    dynolog_uid: Option<u32>,
     /// Which key set each field, for conflict messages.
     names: Vec<(&'static str, &'static str)>,
 }
