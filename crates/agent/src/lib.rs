@@ -44,6 +44,7 @@ requests), `cleanup.rs` (what killed processes left), `log.rs` (the log channel 
 
 mod cleanup;
 pub mod config;
+pub mod embed;
 pub mod control;
 mod log;
 pub mod ops;
