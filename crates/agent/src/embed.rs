@@ -124,8 +124,8 @@ pub fn start(text: &str) -> Result<(), String> {
         .any(|&t| config.activities.contains(t) && ActivitySet::gpu().contains(t));
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
     let gpu_now = wants_gpu && (cuda_mapped(&maps) || hip_mapped(&maps));
-    let profiler = build(&config, &distributed, 0, Mode::Api, &log, gpu_now)
-        .map_err(|e| e.to_string())?;
+    let profiler =
+        build(&config, &distributed, 0, Mode::Api, &log, gpu_now).map_err(|e| e.to_string())?;
     if wants_gpu && !gpu_now {
         log(
             "no GPU runtime in this process yet: profiling CPU activity; GPU activity is added at \
@@ -229,7 +229,12 @@ pub fn outputs() -> Vec<PathBuf> {
         return Vec::new();
     }
     if let Some(e) = lock(&EMBEDDED).as_ref() {
-        return e.profiler.outputs().into_iter().filter_map(|o| o.path).collect();
+        return e
+            .profiler
+            .outputs()
+            .into_iter()
+            .filter_map(|o| o.path)
+            .collect();
     }
     lock(&LAST_OUTPUTS).clone()
 }
@@ -249,7 +254,12 @@ pub fn stop() -> Result<Vec<PathBuf>, String> {
     let Some(e) = taken else {
         return Err("no kinetrace.profile runs".into());
     };
-    let written: Vec<PathBuf> = e.profiler.stop().into_iter().filter_map(|o| o.path).collect();
+    let written: Vec<PathBuf> = e
+        .profiler
+        .stop()
+        .into_iter()
+        .filter_map(|o| o.path)
+        .collect();
     *lock(&LAST_OUTPUTS) = written.clone();
     Ok(written)
 }

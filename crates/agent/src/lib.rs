@@ -44,8 +44,8 @@ requests), `cleanup.rs` (what killed processes left), `log.rs` (the log channel 
 
 mod cleanup;
 pub mod config;
-pub mod embed;
 pub mod control;
+pub mod embed;
 mod log;
 pub mod ops;
 mod process;

@@ -252,7 +252,7 @@ pub fn nvtx_push(message: &str) -> Install {
         return Install::default();
     };
     let install = nvtx_range(message);
-    if setup.ops && PROCESS.phase.get() == Phase::Running {
+    if setup.ops && is_running() {
         crate::ops::push(message);
     }
     install
@@ -292,7 +292,7 @@ pub fn nvtx_range(message: &str) -> Install {
 /// A range the PyTorch side opens itself (an `nn.Module` forward) on this thread: a
 /// `user_annotation` span inside a window. Closed by [`range_pop`] on the same thread.
 pub fn range_push(name: &str) {
-    if PROCESS.phase.get() == Phase::Running {
+    if is_running() {
         crate::ops::push(name);
     }
 }

@@ -89,7 +89,14 @@ pub(crate) fn start(with_cuda: bool) -> Result<Option<Running>, StartError> {
     let first_step = PROCESS.steps_before_start.load(Ordering::Relaxed);
     let root = absolute(&config.output_dir);
     let worker = worker_name(&config);
-    let profiler = build(&config, &distributed, first_step, Mode::Preload, &log, with_cuda)?;
+    let profiler = build(
+        &config,
+        &distributed,
+        first_step,
+        Mode::Preload,
+        &log,
+        with_cuda,
+    )?;
     // Test hook (outside the KINETRACE_ key space on purpose): a panic inside kinetrace at a chosen
     // point, `start` (here, where a failing log line once struck) or `step` (the next step).
     match std::env::var("_KINETRACE_TEST_PANIC").as_deref() {

@@ -10,6 +10,7 @@ mod diff;
 mod diff_csv;
 mod doctor;
 mod record;
+mod shim;
 mod signals;
 mod svg;
 mod table;
