@@ -50,3 +50,6 @@ fi
 
 step "compatibility tests (HTA, torch-tb-profiler, the preload shim under real PyTorch)"
 bash scripts/compat-tests.sh
+
+step "the wheel (pip install without Rust; kinetrace record and kinetrace.profile under real PyTorch)"
+bash scripts/wheel-tests.sh
