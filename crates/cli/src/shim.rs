@@ -188,11 +188,15 @@ mod tests {
         let ours = put("lib", "python3.11", "site-packages", Some("0.1.0"));
         let debian = put("lib64", "python3", "dist-packages", None);
         let _not_python = put("lib", "perl5", "site-packages", Some("0.1.0"));
-        assert_eq!(
-            in_python_packages(&bin, "0.1.0"),
-            vec![ours.clone(), older.clone(), debian.clone()]
-        );
-        assert_eq!(in_python_packages(&bin, "0.0.9")[0], older);
+        let found = |version: &str| -> Vec<PathBuf> {
+            in_python_packages(&bin, version)
+                .iter()
+                .map(|p| p.canonicalize().unwrap())
+                .collect()
+        };
+        let real = |p: &PathBuf| p.canonicalize().unwrap();
+        assert_eq!(found("0.1.0"), vec![real(&ours), real(&older), real(&debian)]);
+        assert_eq!(found("0.0.9")[0], real(&older));
     }
 
     #[test]
