@@ -374,6 +374,9 @@ class profile:
         installation); else the NVTX route, said in one line once profiling runs."""
         if os.environ.get("KINETRACE_TORCH_OPS_ROUTE") == "nvtx" or _torch._ext_lib is not None:
             return
+        if "torch" not in sys.modules:
+            # PyTorch's ops are recorded only once the job has imported torch.
+            return
         try:
             from kinetrace import _ext
 

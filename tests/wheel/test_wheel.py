@@ -243,6 +243,18 @@ with warnings.catch_warnings(record=True) as w:
             p.step()
 print("handled", seen)
 print("warnings", [str(x.message) for x in w])
+
+# A second profile in the same process starts afresh; a handler that raises is one warning, and
+# the loop goes on.
+def broken(prof):
+    raise ValueError("disk full")
+
+with warnings.catch_warnings(record=True) as w:
+    with kinetrace.profile(activities=["CPU"], on_trace_ready=broken,
+                           schedule=kinetrace.schedule(wait=0, warmup=0, active=1, repeat=3)) as p:
+        for step in range(4):
+            p.step()
+print("broken", [str(x.message) for x in w])
 """
 
 
@@ -264,6 +276,8 @@ def test_kinetrace_profile_drives_other_schedules_and_calls_other_handlers(fresh
     # What cannot be honoured: one warning, no exception.
     assert lines[1] == "warnings ['kinetrace.profile: with_flops is not honoured by kinetrace; ignored']", \
         lines[1]
+    assert lines[2] == "broken ['kinetrace.profile: on_trace_ready raised ValueError: disk full']", \
+        lines[2]
 
 
 def test_auditwheel_reports_a_manylinux_tag_and_the_wheel_is_small(fresh):

@@ -195,7 +195,10 @@ mod tests {
                 .collect()
         };
         let real = |p: &PathBuf| p.canonicalize().unwrap();
-        assert_eq!(found("0.1.0"), vec![real(&ours), real(&older), real(&debian)]);
+        assert_eq!(
+            found("0.1.0"),
+            vec![real(&ours), real(&older), real(&debian)]
+        );
         assert_eq!(found("0.0.9")[0], real(&older));
     }
 

@@ -107,13 +107,19 @@ fn a_job_starts_the_runtime_in_process_and_cupti_attaches_after_cuda_initialised
         out.contains("again 1 a kinetrace.profile already runs in this process"),
         "{out}"
     );
-    assert!(out.contains("stop 0 \nstop again 1 no kinetrace.profile runs\noutputs 2\n"), "{out}");
+    assert!(
+        out.contains("stop 0 \nstop again 1 no kinetrace.profile runs\noutputs 2\n"),
+        "{out}"
+    );
     // Two cycles of the schedule, each with the kernels its steps launched.
     let traces = traces_in(&w.out);
     assert_eq!(traces.len(), 2, "{out}\n{}", text(&o.stderr));
     let (a, b) = (Trace::load(&traces[0]), Trace::load(&traces[1]));
     assert_eq!((a.steps(), b.steps()), (vec![2, 3], vec![6, 7]));
-    assert_eq!((a.kernel_steps(), b.kernel_steps()), (vec![2, 3], vec![6, 7]));
+    assert_eq!(
+        (a.kernel_steps(), b.kernel_steps()),
+        (vec![2, 3], vec![6, 7])
+    );
     a.assert_correlated();
     assert_eq!(text(&o.stderr), "");
 }
@@ -132,7 +138,11 @@ fn the_gpu_backend_attaches_at_the_first_step_after_cuda_appears() {
     let (a, b) = (Trace::load(&traces[0]), Trace::load(&traces[1]));
     assert_eq!((a.steps(), b.steps()), (vec![2, 3], vec![6, 7]));
     assert_eq!(b.kernel_steps(), vec![6, 7]);
-    assert!(a.kernel_steps().iter().all(|s| *s == 3), "{:?}", a.kernel_steps());
+    assert!(
+        a.kernel_steps().iter().all(|s| *s == 3),
+        "{:?}",
+        a.kernel_steps()
+    );
     // Two lines: no GPU runtime yet, then the runtime found.
     let err = text(&o.stderr);
     assert_eq!(err.lines().count(), 2, "{err}");
