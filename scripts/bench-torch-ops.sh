@@ -11,7 +11,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 venv="$(bash scripts/torch-venv.sh)"
 py="$venv/bin/python"
-KINETRACE_EMBED_SHIM=0 cargo build --quiet --release -p kinetrace-cli -p kinetrace-preload
+cargo build --quiet --release -p kinetrace-cli -p kinetrace-preload
 kt="${CARGO_TARGET_DIR:-$root/target}/release/kinetrace"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
