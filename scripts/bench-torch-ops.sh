@@ -7,6 +7,8 @@
 #
 #   scripts/bench-torch-ops.sh
 set -euo pipefail
+# The shim is built beside the binary here: no embedded copy (crates/cli/build.rs).
+export KINETRACE_EMBED_SHIM="${KINETRACE_EMBED_SHIM:-0}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 venv="$(bash scripts/torch-venv.sh)"

@@ -30,7 +30,7 @@ if ! "$tools/bin/maturin" --version 2>/dev/null | grep -qx "maturin $MATURIN_VER
 fi
 
 # The wheel carries the shim in its package: the binary needs no embedded copy (crates/cli/build.rs).
-export KINETRACE_EMBED_SHIM=0
+export KINETRACE_EMBED_SHIM="${KINETRACE_EMBED_SHIM:-0}"
 cargo build --quiet --release --locked -p kinetrace-preload
 
 # Placed in the package for maturin to pack (git ignores it), removed again afterwards so that a

@@ -1,16 +1,14 @@
-//! Embeds the shim (`libkinetrace.so`) in a `kinetrace` built outside this workspace's own
-//! `target/` directory, so that `cargo install --path crates/cli` (which builds in a temporary
-//! directory and installs the binary alone) gives a `kinetrace` that finds its shim: src/shim.rs
-//! writes the embedded copy out on first use. Inside `target/` the shim is built beside the binary
-//! (`cargo build -p kinetrace-preload`) and nothing is embedded, so the workspace's own builds
-//! pay nothing for this.
-//!
-//! `KINETRACE_EMBED_SHIM=1` embeds, `=0` does not, whatever the directory. The shim is built by a
+//! Embeds the shim (`libkinetrace.so`) in release builds of `kinetrace`, so that `cargo install
+//! --path crates/cli` (which installs the binary alone) gives a `kinetrace` that finds its shim:
+//! src/shim.rs writes the embedded copy out on first use. cargo gives a build script no way to
+//! tell an install from a build (same environment, same target directory), so the switch is the
+//! profile: release embeds, dev does not. `KINETRACE_EMBED_SHIM=0` turns it off (the workspace's
+//! scripts and CI export it: there the shim is built beside the binary), `=1` forces it on. The shim is built by a
 //! second cargo, in release with no debug info, into `$OUT_DIR/shim-target` (a separate target
 //! directory: the outer cargo holds its own). A packaged `kinetrace-cli` (crates.io) has no
 //! `crates/preload` beside it and embeds nothing (one warning says so).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 fn main() {
@@ -22,7 +20,7 @@ fn main() {
     let embed = match std::env::var("KINETRACE_EMBED_SHIM").as_deref() {
         Ok("1") => true,
         Ok("0") => false,
-        _ => !inside(&out, &workspace.join("target")),
+        _ => std::env::var("PROFILE").as_deref() == Ok("release"),
     };
     if !embed {
         return;
@@ -77,13 +75,5 @@ fn main() {
             "cargo:warning=building the shim to embed failed ({other:?}): this kinetrace embeds \
              no shim; put libkinetrace.so next to it or set KINETRACE_PRELOAD_PATH"
         ),
-    }
-}
-
-/// Whether `path` lies under `dir` (both resolved; a `dir` that does not exist holds nothing).
-fn inside(path: &Path, dir: &Path) -> bool {
-    match (path.canonicalize(), dir.canonicalize()) {
-        (Ok(p), Ok(d)) => p.starts_with(d),
-        _ => false,
     }
 }
