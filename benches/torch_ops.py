@@ -14,9 +14,13 @@ draining its rings, which the wall time includes when the cores are shared). The
   `--record-shapes`): every op a span in kinetrace's rings, through the compiled RecordFunction
   recorder when it is built (the default route);
 - `inside-nvtx` / `inside-shapes-nvtx`: the same with `KINETRACE_TORCH_OPS_ROUTE=nvtx` set by the
-  caller: PyTorch's NVTX state on, every op an NVTX range (the fallback route).
+  caller: PyTorch's NVTX state on, every op an NVTX range (the fallback route);
+- `kinetrace.profile` / `kinetrace.profile-shapes`: inside `kinetrace.profile(activities=[CPU])`
+  (with `record_shapes=True`), the in-process API: the shim loaded with ctypes, the same recorder
+  route (the caller puts the package on PYTHONPATH and names the shim in KINETRACE_PRELOAD_PATH).
 
-The mode is a label except for `torch.profiler`: how the process runs is up to the caller.
+The mode is a label except for `torch.profiler` and `kinetrace.profile*`: how the process runs is
+up to the caller.
 """
 import sys
 import time
@@ -55,6 +59,14 @@ def once():
             dt = time.perf_counter() - t, time.thread_time() - c
         del p
         return dt
+    if MODE.startswith("kinetrace.profile"):
+        from torch.profiler import ProfilerActivity
+
+        with kinetrace.profile(activities=[ProfilerActivity.CPU],
+                               record_shapes=MODE.endswith("-shapes")):
+            t, c = time.perf_counter(), time.thread_time()
+            ops()
+            return time.perf_counter() - t, time.thread_time() - c
     t, c = time.perf_counter(), time.thread_time()
     ops()
     return time.perf_counter() - t, time.thread_time() - c

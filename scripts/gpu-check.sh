@@ -31,6 +31,8 @@
 # The staged folder is self-contained: copy target/gpu-check/ to the GPU machine and run
 # `gpu-check/gpu-check.sh run` there (or run this script from the repository, which finds it).
 set -euo pipefail
+# The shim is built beside the binary here: no embedded copy (crates/cli/build.rs).
+export KINETRACE_EMBED_SHIM="${KINETRACE_EMBED_SHIM:-0}"
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 MAX_STAGE_BYTES=$((64 * 1024 * 1024))

@@ -7,6 +7,10 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
 
+# Release builds of the CLI embed the shim for `cargo install` (crates/cli/build.rs); here the shim
+# is built beside the binary, so no step pays for a second build of it.
+export KINETRACE_EMBED_SHIM="${KINETRACE_EMBED_SHIM:-0}"
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
@@ -50,3 +54,6 @@ fi
 
 step "compatibility tests (HTA, torch-tb-profiler, the preload shim under real PyTorch)"
 bash scripts/compat-tests.sh
+
+step "the wheel (pip install without Rust; kinetrace record and kinetrace.profile under real PyTorch)"
+bash scripts/wheel-tests.sh

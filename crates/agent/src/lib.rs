@@ -46,6 +46,7 @@ requests), `cleanup.rs` (what killed processes left), `log.rs` (the log channel 
 mod cleanup;
 pub mod config;
 pub mod control;
+pub mod embed;
 mod log;
 pub mod ops;
 mod process;

@@ -28,6 +28,9 @@ thread_local! {
 
 /// Logs one line through this process's log (see the module docs).
 pub fn log(message: &str) {
+    if let Some(log) = crate::embed::log_fn() {
+        return log(message);
+    }
     match PROCESS.running.get() {
         Some(r) => (r.log)(message),
         None => fallback_log(message),

@@ -141,6 +141,10 @@ pub fn cuda_initializing() -> Install {
 /// boundary moves to where the outermost of them ends, so that ranges nest in steps as they do in
 /// torch.profiler's traces.
 pub fn step() -> Install {
+    if crate::embed::is_running() {
+        crate::embed::step();
+        return Install::default();
+    }
     if crate::ops::defer_step() {
         return Install::default();
     }
@@ -149,6 +153,9 @@ pub fn step() -> Install {
 
 /// A step boundary, now.
 pub(crate) fn step_now() -> Install {
+    if crate::embed::step_now() {
+        return Install::default();
+    }
     match PROCESS.phase.get() {
         Phase::Forked | Phase::Off => return Install::default(),
         Phase::Child => {
@@ -247,7 +254,7 @@ pub fn nvtx_push(message: &str) -> Install {
         return Install::default();
     };
     let install = nvtx_range(message);
-    if setup.ops && PROCESS.phase.get() == Phase::Running {
+    if setup.ops && is_running() {
         crate::ops::push(message);
     }
     install
@@ -287,7 +294,7 @@ pub fn nvtx_range(message: &str) -> Install {
 /// A range the PyTorch side opens itself (an `nn.Module` forward) on this thread: a
 /// `user_annotation` span inside a window. Closed by [`range_pop`] on the same thread.
 pub fn range_push(name: &str) {
-    if PROCESS.phase.get() == Phase::Running {
+    if is_running() {
         crate::ops::push(name);
     }
 }
@@ -301,6 +308,9 @@ pub fn range_pop() {
 /// open (warming up or recording) and PyTorch's ops are wanted, so its NVTX profiler state should be
 /// on; 2 = with input shapes; 4 = with `nn.Module` ranges. 0 when this process is not profiling.
 pub fn torch_state() -> u32 {
+    if let Some(state) = crate::embed::torch_state() {
+        return state;
+    }
     if PROCESS.phase.get() != Phase::Running {
         return 0;
     }
@@ -312,15 +322,22 @@ pub fn torch_state() -> u32 {
     1 | (u32::from(t.shapes) << 1) | (u32::from(t.modules) << 2)
 }
 
-/// Whether this process is profiling (running, not forked off).
+/// Whether this process is profiling (running, not forked off), through the preloaded shim or
+/// `kinetrace.profile`.
 pub fn is_running() -> bool {
-    PROCESS.phase.get() == Phase::Running
+    PROCESS.phase.get() == Phase::Running || crate::embed::is_running()
+}
+
+/// Whether the preloaded shim started (or is starting) profiling this process.
+pub(crate) fn claimed() -> bool {
+    matches!(PROCESS.phase.get(), Phase::Starting | Phase::Running)
 }
 
 /// The atfork child handler: a child of a running (or starting) process profiles nothing; a child
 /// of a dormant one only if it initialises CUDA itself. Returns the control socket's descriptor for
 /// the shim to close. Only atomics are touched (async-signal-safe).
 pub fn after_fork_child() -> Option<i32> {
+    crate::embed::after_fork_child();
     match PROCESS.phase.apply(Event::ForkChild) {
         (Phase::Running | Phase::Starting, Phase::Forked) => {
             recorder::set_active(false);
@@ -357,6 +374,7 @@ pub fn foreign_cupti_client() {
 /// Process exit: save a capture in progress within [`EXIT_BUDGET`], remove the control socket,
 /// let the removal of what killed processes left finish (within what is left of the budget).
 pub fn at_exit() {
+    crate::embed::at_exit();
     if PROCESS.phase.get() != Phase::Running {
         return;
     }
@@ -371,6 +389,29 @@ pub fn at_exit() {
     {
         let _ = std::fs::remove_file(p);
     }
+    save_within_budget(&r.log, deadline, || {
+        r.profiler.close();
+    });
+    if let Some(c) = r.cleanup.get() {
+        let until = deadline.min(Instant::now() + crate::cleanup::CLEANUP_EXIT_WAIT);
+        if !c.wait_until(until) {
+            (r.log)(
+                "the removal of files killed processes left was not over at exit; the next \
+                 kinetrace process of this user tries again",
+            );
+        }
+    }
+    PROCESS.phase.apply(Event::Exit);
+}
+
+/// Runs `save` (a capture in progress being written at exit) on a thread of its own and waits for
+/// it until `deadline` (at most [`EXIT_BUDGET`] from the start of exit); past that its unfinished
+/// files are removed and one line says so.
+pub(crate) fn save_within_budget(
+    log: &LogFn,
+    deadline: Instant,
+    save: impl FnOnce() + Send + 'static,
+) {
     let (tx, rx) = std::sync::mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name("kinetrace-exit".into())
@@ -384,14 +425,14 @@ pub fn at_exit() {
                 {
                     std::thread::sleep(Duration::from_millis(ms));
                 }
-                let written = r.profiler.close();
-                let _ = tx.send(written);
+                save();
+                let _ = tx.send(());
             })
         });
     let gave_up = match spawned {
         Err(_) => Some("could not start saving the capture in progress at exit".to_string()),
         Ok(_) => match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(_) => None,
+            Ok(()) => None,
             Err(RecvTimeoutError::Timeout) => Some(format!(
                 "gave up saving the capture in progress after {} s at exit",
                 EXIT_BUDGET.as_secs()
@@ -406,20 +447,10 @@ pub fn at_exit() {
         // The save may still be writing: its spool and temporary trace go now, and nothing is
         // renamed into place after this, so what the line says stays true.
         kinetrace::export::writer::abandon_unfinished();
-        (r.log)(&format!(
+        log(&format!(
             "{why}; its unfinished files were removed and no trace file was left"
         ));
     }
-    if let Some(c) = r.cleanup.get() {
-        let until = deadline.min(Instant::now() + crate::cleanup::CLEANUP_EXIT_WAIT);
-        if !c.wait_until(until) {
-            (r.log)(
-                "the removal of files killed processes left was not over at exit; the next \
-                 kinetrace process of this user tries again",
-            );
-        }
-    }
-    PROCESS.phase.apply(Event::Exit);
 }
 
 /// Starts profiling if `event` (CUDA initialising, or a step) starts it in this phase; adds the GPU

@@ -11,6 +11,7 @@ mod diff_csv;
 mod doctor;
 mod output;
 mod record;
+mod shim;
 mod signals;
 mod svg;
 mod table;

@@ -19,6 +19,7 @@ const PY_INIT: &str = include_str!("../../../python/kinetrace/__init__.py");
 const PY_SITE: &str = include_str!("../../../python/sitecustomize.py");
 const PY_TORCH: &str = include_str!("../../../python/kinetrace/_torch.py");
 const PY_EXT: &str = include_str!("../../../python/kinetrace/_ext.py");
+const PY_PROFILE: &str = include_str!("../../../python/kinetrace/_profile.py");
 const PY_EXT_SOURCE: &str = include_str!("../../../python/kinetrace/_ops_ext.cpp");
 
 pub const RECORD_AFTER_HELP: &str = "\
@@ -158,7 +159,7 @@ impl RecordArgs {
         let inherited: Vec<(String, String)> = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();
-        self.plan_with(&inherited, find_shim(), std::env::current_dir()?)
+        self.plan_with(&inherited, crate::shim::find(), std::env::current_dir()?)
     }
 
     /// [`plan`](Self::plan) with the environment, shim and working directory given (tests).
@@ -322,35 +323,6 @@ pub fn utc_stamp(secs: u64) -> String {
     )
 }
 
-/// The shim: `KINETRACE_PRELOAD_PATH`, else next to this executable, else `../lib[/kinetrace]/`.
-fn find_shim() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("KINETRACE_PRELOAD_PATH") {
-        let p = PathBuf::from(p);
-        if p.is_file() {
-            return Ok(p);
-        }
-        bail!(
-            "KINETRACE_PRELOAD_PATH names {}, which does not exist",
-            p.display()
-        );
-    }
-    let exe = std::env::current_exe().context("cannot locate the kinetrace executable")?;
-    let dir = exe.parent().unwrap_or(Path::new("."));
-    for c in [
-        dir.join("libkinetrace.so"),
-        dir.join("../lib/libkinetrace.so"),
-        dir.join("../lib/kinetrace/libkinetrace.so"),
-    ] {
-        if c.is_file() {
-            return Ok(c.canonicalize().unwrap_or(c));
-        }
-    }
-    bail!(
-        "cannot find libkinetrace.so next to {} (build it with `cargo build -p kinetrace-preload`, or set KINETRACE_PRELOAD_PATH)",
-        exe.display()
-    )
-}
-
 /// `ROCP_TOOL_LIBRARIES` with the shim in it: rocprofiler-sdk registers the libraries it names as
 /// tools when a ROCm runtime starts, the dependable way in on AMD (docs/rocm-support.md). Tools
 /// already named stay first. The SDK splits the list on `:` and some versions drop the entry after
@@ -505,6 +477,7 @@ fn python_dir() -> Result<tempfile::TempDir> {
         ("kinetrace/__init__.py", PY_INIT),
         ("kinetrace/_torch.py", PY_TORCH),
         ("kinetrace/_ext.py", PY_EXT),
+        ("kinetrace/_profile.py", PY_PROFILE),
         ("kinetrace/_ops_ext.cpp", PY_EXT_SOURCE),
         ("sitecustomize.py", PY_SITE),
     ] {

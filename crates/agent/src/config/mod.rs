@@ -262,8 +262,9 @@ pub const KINETO_UNSUPPORTED: [&str; 4] = [
 ];
 
 /// `KINETRACE_*` variables that other kinetrace tools and tests read; the profiler ignores them.
-pub const NOT_PROFILER_KEYS: [&str; 12] = [
+pub const NOT_PROFILER_KEYS: [&str; 13] = [
     "KINETRACE_PRELOAD_PATH",
+    "KINETRACE_EMBED_SHIM",
     "KINETRACE_BIN",
     "KINETRACE_GIT_HASH",
     "KINETRACE_DEMO",
