@@ -368,6 +368,15 @@ impl<R: Read> Input<R> {
                     return Ok(Some(b));
                 }
                 self.pos += 1;
+                if b == b' ' {
+                    // A run of spaces (indentation, padding): eight at a time.
+                    while let Some(w) = self.buf[self.pos..self.end].first_chunk::<8>() {
+                        if u64::from_ne_bytes(*w) != u64::from_ne_bytes([b' '; 8]) {
+                            break;
+                        }
+                        self.pos += 8;
+                    }
+                }
             }
             if !self.fill()? {
                 return Ok(None);
