@@ -43,7 +43,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("kinetrace-dynolog", &["kinetrace-core", "kinetrace-export"]),
     // The Perfetto format: Kineto JSON in through the trace reader (its input layer and limits),
     // protobuf out.
-    ("kinetrace-perfetto", &["kinetrace-export", "kinetrace-core"]),
+    (
+        "kinetrace-perfetto",
+        &["kinetrace-export", "kinetrace-core"],
+    ),
     (
         "kinetrace-agent",
         &["kinetrace", "kinetrace-core", "kinetrace-export"],

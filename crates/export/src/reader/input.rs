@@ -362,21 +362,24 @@ impl<R: Read> Input<R> {
     #[inline]
     pub(super) fn skip_ws(&mut self) -> Result<Option<u8>, Fail> {
         loop {
-            while self.pos < self.end {
+            // Between tokens there are a few bytes of whitespace: one at a time, at most 32.
+            let stop = self.end.min(self.pos + 32);
+            while self.pos < stop {
                 let b = self.buf[self.pos];
                 if !matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
                     return Ok(Some(b));
                 }
                 self.pos += 1;
-                if b == b' ' {
-                    // A run of spaces (indentation, padding): eight at a time.
-                    while let Some(w) = self.buf[self.pos..self.end].first_chunk::<8>() {
-                        if u64::from_ne_bytes(*w) != u64::from_ne_bytes([b' '; 8]) {
-                            break;
-                        }
-                        self.pos += 8;
+            }
+            if self.pos < self.end {
+                // A long run (padding, a whitespace bomb): spaces eight at a time.
+                while let Some(w) = self.buf[self.pos..self.end].first_chunk::<8>() {
+                    if u64::from_ne_bytes(*w) != u64::from_ne_bytes([b' '; 8]) {
+                        break;
                     }
+                    self.pos += 8;
                 }
+                continue;
             }
             if !self.fill()? {
                 return Ok(None);
@@ -409,12 +412,19 @@ impl<R: Read> Input<R> {
     #[inline]
     pub(super) fn check_len(&self, len: usize) -> Result<(), Fail> {
         if len > self.max_value {
-            return Err(Fail::TooLarge {
-                at: self.offset(),
-                limit: self.max_value,
-            });
+            return Err(self.too_large());
         }
         Ok(())
+    }
+
+    /// [`Fail::TooLarge`] for the value at `buf[pos]`.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn too_large(&self) -> Fail {
+        Fail::TooLarge {
+            at: self.offset(),
+            limit: self.max_value,
+        }
     }
 
     /// Parses the value at `buf[pos]` with `seed` and moves past it.

@@ -490,7 +490,7 @@ fn keep_into(
     events: &mut Vec<TraceEvent>,
 ) -> impl FnMut(TraceEvent, &[Box<str>]) -> Result<(), NoRoom> + '_ {
     |event, _| {
-        if events.try_reserve(1).is_err() {
+        if events.len() == events.capacity() && events.try_reserve(1).is_err() {
             return Err(NoRoom {
                 bytes: (events.len() + 1).saturating_mul(std::mem::size_of::<TraceEvent>()),
                 what: "the events",

@@ -191,7 +191,7 @@ impl<F> Events for Decoded<F>
 where
     F: FnMut(TraceEvent, &[Box<str>]) -> Result<(), NoRoom>,
 {
-    #[inline]
+    #[inline(always)]
     fn next<R: Read>(&mut self, input: &mut Input<R>, strings: &mut Interner) -> Result<(), Fail> {
         let at = input.offset();
         let event = decode_event(input, strings)?;
@@ -223,7 +223,7 @@ where
 }
 
 /// The event at `buf[pos]`: the fast path when it can, else serde_json on the slice.
-#[inline]
+#[inline(always)]
 fn decode_event<R: Read>(input: &mut Input<R>, strings: &mut Interner) -> Result<TraceEvent, Fail> {
     loop {
         match parse_event(&input.buf[input.pos..input.end], strings) {
