@@ -25,8 +25,9 @@
 //!   the only per-event allocations are new distinct strings and string pids/tids (span rows).
 //! - Memory is the event vector plus the interned strings and a 256 KiB read window (320 KiB
 //!   pipe buffers when inflating on a second thread; grown only for a single value bigger than
-//!   that), not the file or a DOM. [`for_each_event`]
-//!   does not even keep the events.
+//!   that, and never past [`ReadOptions::max_value_bytes`]), not the file or a DOM.
+//!   [`for_each_event`] does not even keep the events; [`ReadOptions::for_each_raw_event`] hands
+//!   each event's text to a caller that needs more of it than [`TraceEvent`] holds.
 //! - Top-level keys other than `traceEvents` are kept as compact JSON text in
 //!   [`Trace::metadata`] (re-serialised in their original key order; these few use small
 //!   allocations).
@@ -53,6 +54,17 @@
 //! event without `ph`, without `name`, or (except `M`) without `ts`.
 //!
 //! Errors ([`ReadError`]) name the file and the byte offset in the decompressed JSON.
+//!
+//! # Limits (hostile input)
+//!
+//! A value longer than [`ReadOptions::max_value_bytes`] (64 MiB by default) is a [`ReadError`] at
+//! the value's first byte, whichever path reads it (the fast scanner, serde_json, a top-level key
+//! or value); whitespace between values is skipped without being kept; a long value is scanned
+//! once however many reads it arrives in; the read window, the interned names and the events
+//! [`read_trace`] keeps grow with `try_reserve`, so running out of memory is a [`ReadError`] too,
+//! never an abort (a top-level value's kept text is at most about the limit). HTA's rank search
+//! ([`rank_like_hta`]) streams and holds no line. So a gzip bomb costs at most about four times
+//! the limit plus what is kept, and time linear in its inflated size.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -317,8 +329,9 @@ pub const DEFAULT_MAX_VALUE_BYTES: usize = 64 << 20;
 /// longer than [`ReadOptions::max_value_bytes`] is a [`ReadError`] at the value's offset instead
 /// of a window that grows with it (a gzip bomb holding a 4 GiB string, say). Whitespace between
 /// values is skipped without being kept, however much of it there is. What grows with the input
-/// is only what is kept: the events, the distinct names, the top-level values; their allocations
-/// use `try_reserve`, so running out of memory is a [`ReadError`] too, never an abort. Peak
+/// is only what is kept: the events, the distinct names, the top-level values; the window, the
+/// names and the kept events grow with `try_reserve`, so running out of memory is a [`ReadError`]
+/// too, never an abort. Peak
 /// memory is about four times the limit (the window, serde_json's scratch buffer for a string
 /// with escapes, and a kept name's two copies) plus what is kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
