@@ -400,9 +400,10 @@ fn memory_counters(
     process_uuid: &HashMap<Id, u64>,
     uuid: &mut impl FnMut() -> u64,
 ) -> usize {
-    // (pid, device, which) → values (time, bytes); tracks in order of first appearance.
-    let mut tracks: Vec<((Id, StrIx, &str), Vec<(u64, i64)>)> = Vec::new();
-    let mut index: HashMap<(Id, StrIx, &str), usize> = HashMap::new();
+    // (pid, device, which total) → values (time, bytes); tracks in order of first appearance.
+    type Key = (Id, StrIx, &'static str);
+    let mut tracks: Vec<(Key, Vec<(u64, i64)>)> = Vec::new();
+    let mut index: HashMap<Key, usize> = HashMap::new();
     for m in &doc.memory {
         for (which, value) in [
             ("Total Allocated", m.allocated),
