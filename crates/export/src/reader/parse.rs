@@ -64,7 +64,7 @@ pub(super) struct Interner {
     /// Ids (+1; 0 is empty) of recently interned strings by [`quick_hash`]: a trace repeats a
     /// few hundred names, and this finds most of them without hashing a long kernel name whole.
     pub(super) recent: Vec<u32>,
-    /// Set when a string could not be kept: the bytes that were asked for.
+    /// Set when the last string to intern could not be kept: the bytes that were asked for.
     pub(super) no_room: Option<usize>,
 }
 
@@ -165,6 +165,8 @@ impl Interner {
             self.no_room = Some(s.len());
             return Err(no_room(s.len()));
         };
+        // A failure the fast path met and the serde path then overcame is no longer the story.
+        self.no_room = None;
         self.strings.push(text);
         self.map.insert(key, id);
         Ok(StrId(id))
