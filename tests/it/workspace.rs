@@ -5,7 +5,8 @@ use std::path::Path;
 /// (package, kinetrace packages it may depend on: normal and build dependencies).
 ///
 /// The direction: core ← export ← analysis; core, cupti-sys ← cupti; core, rocprofiler-sdk-sys,
-/// roctracer-sys ← rocm; core, export ← dynolog (the dynolog client); the facade (`kinetrace`) →
+/// roctracer-sys ← rocm; core, export ← dynolog (the dynolog client); export ← perfetto (the
+/// `.pftrace` converter reads through the trace reader); the facade (`kinetrace`) →
 /// core, export, cupti, rocm, dynolog, perfetto; the injected-process runtime (`kinetrace-agent`)
 /// → facade (+ core, export); the shim (`kinetrace-preload`) → agent only; the cli → agent,
 /// facade, analysis, perfetto (+ core, export).
@@ -47,8 +48,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "kinetrace-dynolog",
         &["kinetrace-core", "kinetrace-export", "kinetrace-files"],
     ),
-    // The Perfetto format: JSON in, protobuf out (files through kinetrace-files).
-    ("kinetrace-perfetto", &["kinetrace-files"]),
+    // The Perfetto format: Kineto JSON in through the trace reader (its input layer and limits),
+    // protobuf out (files through kinetrace-files).
+    (
+        "kinetrace-perfetto",
+        &["kinetrace-export", "kinetrace-core", "kinetrace-files"],
+    ),
     (
         "kinetrace-agent",
         &[

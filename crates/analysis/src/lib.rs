@@ -49,6 +49,8 @@ use std::path::PathBuf;
 pub use diff::{diff, diff_sources, DiffOptions, DiffReport, StepChoice};
 pub use doctor::{doctor, doctor_sources, DoctorOptions, DoctorReport};
 pub use hta::HtaOptions;
+/// The trace reader's limits, as the options of every run carry them.
+pub use kinetrace_export::reader::ReadOptions;
 pub use load::{discover, FileProblem, Options, Placement, Progress, RankSource, TraceSource};
 pub use report::{KernelTypeShare, RankInfo, RankKernelTypeTime, Report};
 

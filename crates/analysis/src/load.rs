@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
-use kinetrace_export::reader::{rank_like_hta_from_reader, ReadError};
+use kinetrace_export::reader::{rank_like_hta_from_reader, ReadError, ReadOptions};
 use serde::Serialize;
 
 use crate::hta::{analyze_rank, hta_view, HtaOptions, HtaRank, StepFilter, Symbols};
@@ -321,6 +321,8 @@ pub struct Options {
     pub jobs: usize,
     /// Points per memory timeline.
     pub memory_points: usize,
+    /// The trace reader's limits.
+    pub read: ReadOptions,
 }
 
 impl Default for Options {
@@ -329,20 +331,24 @@ impl Default for Options {
             hta: HtaOptions::default(),
             jobs: 0,
             memory_points: 400,
+            read: ReadOptions::default(),
         }
     }
 }
 
 /// Reads one trace into rows, with its rank (from `distributedInfo`, else HTA's regex over the
-/// file, else 0).
-pub(crate) fn read_rank(source: &TraceSource) -> Result<(Rows, i64, RankSource), FileProblem> {
+/// file, else 0), within the reader's limits `read`.
+pub(crate) fn read_rank(
+    source: &TraceSource,
+    read: &ReadOptions,
+) -> Result<(Rows, i64, RankSource), FileProblem> {
     let path = source.path();
     let input = source.open().map_err(|e| FileProblem {
         file: path.to_owned(),
         offset: None,
         message: format!("cannot open: {e}"),
     })?;
-    let rows = load_rows(path, input)?;
+    let rows = load_rows(path, input, read)?;
     let (rank, rank_source) = match rows.rank {
         Some(r) => (r, RankSource::DistributedInfo),
         None => match source.open().ok().and_then(rank_like_hta_from_reader) {
@@ -356,7 +362,7 @@ pub(crate) fn read_rank(source: &TraceSource) -> Result<(Rows, i64, RankSource),
 /// Reads one trace and reduces it to its summary.
 pub(crate) fn summarize(source: &TraceSource, opts: &Options) -> Result<RankSummary, FileProblem> {
     let path = source.path();
-    let (rows, rank, rank_source) = read_rank(source)?;
+    let (rows, rank, rank_source) = read_rank(source, &opts.read)?;
     let sym = Symbols::new(&rows);
     // The op table needs nothing from the other analyses: it runs on a second thread meanwhile
     // (a single large rank otherwise leaves the second core idle once it is read).

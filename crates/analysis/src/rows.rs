@@ -14,9 +14,7 @@ use std::io::Read;
 use std::path::Path;
 
 use crate::fastmap::FastMap;
-use kinetrace_export::reader::{
-    for_each_event_pipelined, Phase, RawNum, ReadError, RowId, TraceEvent,
-};
+use kinetrace_export::reader::{Phase, RawNum, ReadError, ReadOptions, RowId, TraceEvent};
 
 /// One HTA row (an event with `dur` and `cat`).
 #[derive(Clone, Copy, Debug)]
@@ -121,8 +119,12 @@ fn hta_rounded(ts: RawNum, dur: RawNum) -> (i64, i64) {
 
 /// Reads a trace (plain or gzip, inflated on a second thread) into [`Rows`], streaming: the
 /// reader's events are not kept.
-/// `path` names the input in errors.
-pub(crate) fn load_rows<R: Read + Send>(path: &Path, input: R) -> Result<Rows, ReadError> {
+/// `path` names the input in errors; `read` holds the reader's limits.
+pub(crate) fn load_rows<R: Read + Send>(
+    path: &Path,
+    input: R,
+    read: &ReadOptions,
+) -> Result<Rows, ReadError> {
     // Rows are built as events arrive, with HTA's rounded clock and the exact one (without the
     // base time, which may come after `traceEvents`); one pass at the end picks the clock HTA
     // uses and adds the base. No second copy of the rows is made.
@@ -134,62 +136,67 @@ pub(crate) fn load_rows<R: Read + Send>(path: &Path, input: R) -> Result<Rows, R
     let mut count: u64 = 0;
     let mut raw_mem: Vec<(RawNum, i64, i64, i64)> = Vec::new();
     let mut host_pid: Option<i64> = None;
-    let trace = for_each_event_pipelined(path, input, |ev: TraceEvent, strings: &[Box<str>]| {
-        let index = count as u32;
-        count += 1;
-        any_float_ts |= ev.ts.is_float();
-        let text = |id: u32| -> &str { strings.get(id as usize).map_or("", |s| s) };
-        if ev.ph == Phase::Instant && text(ev.name.0) == "[memory]" {
-            raw_mem.push((
-                ev.ts,
-                ev.mem_device.unwrap_or(-1),
-                ev.total_allocated.unwrap_or(0),
-                ev.total_reserved.unwrap_or(0),
-            ));
-            return;
-        }
-        let (Some(cat), Some(dur)) = (ev.cat, ev.dur) else {
-            return;
-        };
-        if text(cat.0) == "Trace" {
-            return;
-        }
-        if host_pid.is_none()
-            && matches!(
-                text(cat.0),
-                "cpu_op" | "user_annotation" | "python_function" | "cuda_runtime" | "cuda_driver"
-            )
-        {
-            if let RowId::Int(pid) = &ev.pid {
-                host_pid = Some(*pid);
+    let trace =
+        read.for_each_event_pipelined(path, input, |ev: TraceEvent, strings: &[Box<str>]| {
+            let index = count as u32;
+            count += 1;
+            any_float_ts |= ev.ts.is_float();
+            let text = |id: u32| -> &str { strings.get(id as usize).map_or("", |s| s) };
+            if ev.ph == Phase::Instant && text(ev.name.0) == "[memory]" {
+                raw_mem.push((
+                    ev.ts,
+                    ev.mem_device.unwrap_or(-1),
+                    ev.total_allocated.unwrap_or(0),
+                    ev.total_reserved.unwrap_or(0),
+                ));
+                return;
             }
-        }
-        let thread = match &last_thread {
-            Some((pid, tid, id)) if *pid == ev.pid && *tid == ev.tid => *id,
-            _ => {
-                let next = threads.len() as u32;
-                let id = *threads
-                    .entry((ev.pid.clone(), ev.tid.clone()))
-                    .or_insert(next);
-                last_thread = Some((ev.pid, ev.tid, id));
-                id
+            let (Some(cat), Some(dur)) = (ev.cat, ev.dur) else {
+                return;
+            };
+            if text(cat.0) == "Trace" {
+                return;
             }
-        };
-        let (hts, hdur) = hta_rounded(ev.ts, dur);
-        rows.push(Row {
-            index,
-            name: ev.name.0,
-            cat: cat.0,
-            thread,
-            stream: ev.stream.unwrap_or(-1),
-            corr: ev.correlation.unwrap_or(-1),
-            ext: ev.external_id.unwrap_or(-1),
-            hts,
-            hdur,
-            ts: ev.ts.us_to_ns(),
-            dur: dur.us_to_ns(),
-        });
-    })?;
+            if host_pid.is_none()
+                && matches!(
+                    text(cat.0),
+                    "cpu_op"
+                        | "user_annotation"
+                        | "python_function"
+                        | "cuda_runtime"
+                        | "cuda_driver"
+                )
+            {
+                if let RowId::Int(pid) = &ev.pid {
+                    host_pid = Some(*pid);
+                }
+            }
+            let thread = match &last_thread {
+                Some((pid, tid, id)) if *pid == ev.pid && *tid == ev.tid => *id,
+                _ => {
+                    let next = threads.len() as u32;
+                    let id = *threads
+                        .entry((ev.pid.clone(), ev.tid.clone()))
+                        .or_insert(next);
+                    last_thread = Some((ev.pid, ev.tid, id));
+                    id
+                }
+            };
+            let (hts, hdur) = hta_rounded(ev.ts, dur);
+            rows.push(Row {
+                index,
+                name: ev.name.0,
+                cat: cat.0,
+                thread,
+                stream: ev.stream.unwrap_or(-1),
+                corr: ev.correlation.unwrap_or(-1),
+                ext: ev.external_id.unwrap_or(-1),
+                hts,
+                hdur,
+                ts: ev.ts.us_to_ns(),
+                dur: dur.us_to_ns(),
+            });
+        })?;
     let base = trace.base_time_ns.unwrap_or(0);
     let mem = raw_mem
         .into_iter()

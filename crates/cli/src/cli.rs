@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use kinetrace_analysis::{HtaOptions, Options, StepChoice};
+use kinetrace_analysis::{HtaOptions, Options, ReadOptions, StepChoice};
 
 /// kinetrace: an in-process GPU profiler that writes Kineto (PyTorch profiler) traces, and the
 /// tools to read them.
@@ -36,6 +36,55 @@ pub enum Command {
     /// Convert a Kineto trace (.json or .json.gz, kinetrace's or PyTorch's) to Perfetto's native
     /// format (.pftrace): overlapping slices in lanes, flows, args as debug annotations.
     Convert(crate::convert::ConvertArgs),
+}
+
+/// The trace reader's limits: one flag, the same on every command that reads traces.
+#[derive(Debug, Args)]
+pub struct ReadArgs {
+    /// The longest single JSON value a trace may hold (one trace event, or one top-level value),
+    /// in bytes or with a K, M or G suffix (KiB, MiB, GiB). A file with a longer one is reported
+    /// (the file and the byte offset) instead of being read into memory.
+    #[arg(
+        long,
+        value_name = "SIZE",
+        default_value = "64M",
+        value_parser = parse_size
+    )]
+    pub max_value_size: usize,
+}
+
+impl ReadArgs {
+    /// The reader's options.
+    pub fn options(&self) -> ReadOptions {
+        ReadOptions {
+            max_value_bytes: self.max_value_size,
+        }
+    }
+}
+
+/// A size: a number of bytes, or with a `K`, `M` or `G` suffix (`KiB`, `MiB`, `GiB` too).
+fn parse_size(s: &str) -> Result<usize, String> {
+    let bad = || {
+        format!("expected a size in bytes, or with a K, M or G suffix (KiB, MiB, GiB), like 64M or 1G; got `{s}`")
+    };
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let shift = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kib" => 10,
+        "m" | "mib" => 20,
+        "g" | "gib" => 30,
+        _ => return Err(bad()),
+    };
+    let n: usize = digits.parse().map_err(|_| bad())?;
+    let bytes = n.checked_mul(1usize << shift).ok_or_else(bad)?;
+    if bytes < 1024 {
+        return Err(format!(
+            "must be at least 1K (a trace event alone takes more); got `{s}`"
+        ));
+    }
+    Ok(bytes)
 }
 
 /// The analyses, selectable with `--only`.
@@ -154,6 +203,9 @@ pub struct AnalyzeArgs {
     /// No progress indicator and no notes on stderr (problems with files are still reported).
     #[arg(short, long)]
     pub quiet: bool,
+
+    #[command(flatten)]
+    pub read: ReadArgs,
 }
 
 /// A validated `analyze` invocation.
@@ -230,6 +282,7 @@ impl AnalyzeArgs {
                     include_last_step: self.include_last_step,
                 },
                 jobs: self.jobs.unwrap_or(0),
+                read: self.read.options(),
                 ..Options::default()
             },
         })
@@ -266,6 +319,9 @@ pub struct DoctorArgs {
     /// No progress indicator and no timing line (problems with files are still reported).
     #[arg(short, long)]
     pub quiet: bool,
+
+    #[command(flatten)]
+    pub read: ReadArgs,
 }
 
 /// A validated `doctor` invocation.
@@ -293,6 +349,7 @@ impl DoctorArgs {
             quiet: self.quiet,
             options: kinetrace_analysis::DoctorOptions {
                 jobs: self.jobs.unwrap_or(0),
+                read: self.read.options(),
             },
         })
     }
@@ -365,6 +422,9 @@ pub struct DiffArgs {
     /// No progress indicator and no timing line.
     #[arg(short, long)]
     pub quiet: bool,
+
+    #[command(flatten)]
+    pub read: ReadArgs,
 }
 
 /// A validated `diff` invocation.
@@ -421,6 +481,7 @@ impl DiffArgs {
                 pool: self.pool,
                 step: self.step,
                 time_threshold: self.time_threshold / 100.0,
+                read: self.read.options(),
             },
         })
     }
@@ -478,6 +539,31 @@ mod tests {
             panic!("not doctor")
         };
         assert!(a.plan().is_err());
+    }
+
+    #[test]
+    fn max_value_size_takes_sizes_and_every_reading_command_has_it() {
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("8KiB"), Ok(8 << 10));
+        assert_eq!(parse_size("2k"), Ok(2048));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        for bad in ["0", "100", "1T", "x", "M", "-1M", "99999999999999999999G"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+        let p = parse(&["kinetrace", "analyze", "d"]).unwrap();
+        assert_eq!(p.options.read.max_value_bytes, 64 << 20);
+        let p = parse(&["kinetrace", "analyze", "d", "--max-value-size", "1G"]).unwrap();
+        assert_eq!(p.options.read.max_value_bytes, 1 << 30);
+        for cmd in ["analyze", "doctor", "diff", "convert"] {
+            let c = Cli::command();
+            let sub = c.find_subcommand(cmd).unwrap();
+            assert!(
+                sub.get_arguments()
+                    .any(|a| a.get_long() == Some("max-value-size")),
+                "{cmd} has no --max-value-size"
+            );
+        }
     }
 
     #[test]

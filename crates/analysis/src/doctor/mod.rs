@@ -18,6 +18,7 @@ mod rules_ops;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use kinetrace_export::reader::ReadOptions;
 use serde::Serialize;
 
 use crate::hta::Symbols;
@@ -195,6 +196,8 @@ impl DoctorReport {
 pub struct DoctorOptions {
     /// Worker threads (0: one per CPU).
     pub jobs: usize,
+    /// The trace reader's limits.
+    pub read: ReadOptions,
 }
 
 struct RankResult {
@@ -246,7 +249,7 @@ pub fn doctor_sources(
     opts: &DoctorOptions,
     progress: &(dyn Fn(&Progress<'_>) + Sync),
 ) -> DoctorReport {
-    let results = map_sources(sources, opts.jobs, progress, &examine);
+    let results = map_sources(sources, opts.jobs, progress, &|s| examine(s, &opts.read));
     let read: Vec<RankResult> = results
         .into_iter()
         .filter_map(|r| r.map_err(|p| problems.push(p)).ok())
@@ -288,8 +291,8 @@ pub fn doctor_sources(
 }
 
 /// Reads one file and runs the per-rank rules on it.
-fn examine(source: &TraceSource) -> Result<RankResult, FileProblem> {
-    let (rows, rank, rank_source) = read_rank(source)?;
+fn examine(source: &TraceSource, read: &ReadOptions) -> Result<RankResult, FileProblem> {
+    let (rows, rank, rank_source) = read_rank(source, read)?;
     let ctx = Ctx::new(&rows, rank);
     let findings = run_rules(&ctx);
     let sym = Symbols::new(&rows);

@@ -157,19 +157,29 @@ impl Visitor<'_> for InternSeed<'_> {
     }
     #[inline]
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Option<StrId>, E> {
-        Ok(Some(self.0.intern(v)))
+        intern(self.0, v)
     }
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<Option<StrId>, E> {
-        Ok(Some(self.0.intern(itoa::Buffer::new().format(v))))
+        intern(self.0, itoa::Buffer::new().format(v))
     }
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<Option<StrId>, E> {
-        Ok(Some(self.0.intern(itoa::Buffer::new().format(v))))
+        intern(self.0, itoa::Buffer::new().format(v))
     }
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Option<StrId>, E> {
-        Ok(Some(self.0.intern(&v.to_string())))
+        intern(self.0, &v.to_string())
     }
     fn visit_unit<E: de::Error>(self) -> Result<Option<StrId>, E> {
         Ok(None)
+    }
+}
+
+/// Interns `s`; a string that cannot be kept fails the event (the parser words the error from
+/// [`Interner::no_room`]).
+#[inline]
+fn intern<E: de::Error>(strings: &mut Interner, s: &str) -> Result<Option<StrId>, E> {
+    match strings.intern(s) {
+        Ok(id) => Ok(Some(id)),
+        Err(_) => Err(E::custom("out of memory")),
     }
 }
 

@@ -364,7 +364,7 @@ fn piped_fill_takes_what_is_asked_and_keeps_offsets() {
     let (piped, inflater) = input::pipeline();
     std::thread::scope(|scope| {
         scope.spawn(|| inflater.run(&data[..]));
-        let mut input = Input::piped(io::empty(), piped);
+        let mut input = Input::piped(io::empty(), piped, DEFAULT_MAX_VALUE_BYTES);
         assert!(input.fill_some(1).unwrap());
         let first = input.end - input.pos;
         assert!(first >= input::BUF_SIZE, "{first}");
@@ -389,4 +389,147 @@ fn piped_fill_takes_what_is_asked_and_keeps_offsets() {
         assert_eq!(input.offset_end(), data.len() as u64);
         assert_eq!(&input.buf[input.pos..input.end], &data[at..]);
     });
+}
+
+/// A long string is scanned once however many fills it takes: [`Scan`] resumes where it stopped.
+/// It used to rescan the string from its start on every fill, which through the 320 KiB
+/// inflate pipe made a 256 MiB string take 52 s.
+#[test]
+fn a_long_string_is_scanned_once_across_fills() {
+    let n = 4 << 20;
+    let mut data = vec![b'a'; n];
+    data[0] = b'"';
+    data[n - 1] = b'"';
+    let mut scan = Scan::new(b'"');
+    // Bytes looked at: each call starts where the scan says it stopped.
+    let mut examined = 0;
+    let mut end = 1;
+    let len = loop {
+        end = (end + 32 * 1024).min(n);
+        examined += end - scan.len;
+        if let Some(len) = scan.advance(&data[..end]) {
+            break len;
+        }
+    };
+    assert_eq!(len, n);
+    assert!(
+        examined <= n,
+        "{examined} bytes examined for a {n}-byte string"
+    );
+}
+
+/// The value limit, exactly: a value of `max_value` bytes is read, one byte more is
+/// [`Fail::TooLarge`] at the value's first byte, whether it fits in the window or not.
+#[test]
+fn value_len_refuses_a_value_one_byte_over_the_limit() {
+    for limit in [100, 300 * 1024] {
+        for (over, value) in [
+            (false, format!("\"{}\"", "a".repeat(limit - 2))),
+            (true, format!("\"{}\"", "a".repeat(limit - 1))),
+            (false, format!("[{}]", "1,".repeat((limit - 3) / 2) + "1")),
+            (false, "7".repeat(limit)),
+            (true, "7".repeat(limit + 1)),
+        ] {
+            let doc = format!("  {value} ");
+            let mut input = Input::new(doc.as_bytes(), limit);
+            assert_eq!(input.skip_ws().unwrap(), Some(doc.as_bytes()[2]));
+            match input.value_len() {
+                Ok(Some(len)) => {
+                    assert!(!over, "limit {limit}: {}-byte value read", value.len());
+                    assert_eq!(len, value.len());
+                }
+                Err(Fail::TooLarge { at, limit: l }) => {
+                    assert!(over, "limit {limit}: {}-byte value refused", value.len());
+                    assert_eq!((at, l), (2, limit));
+                }
+                other => panic!("limit {limit}: {other:?}"),
+            }
+            assert!(
+                input.buf.capacity() <= limit.max(BUF_SIZE) + input::PIPE_HEAD + BUF_SIZE,
+                "window {} for a limit of {limit}",
+                input.buf.capacity()
+            );
+        }
+    }
+}
+
+/// The streaming rank search finds what HTA's line-by-line regex finds, however the input is
+/// cut into reads.
+fn check_rank_search(text: &[u8], gzip: bool, cuts: &[usize]) {
+    let lines: Vec<&[u8]> = text.split_inclusive(|&b| b == b'\n').collect();
+    let want = lines.iter().find_map(|line| {
+        if gzip {
+            find_rank(line)
+        } else {
+            line.split(|&b| b == b'\r').find_map(find_rank)
+        }
+    });
+    let mut search = super::rank::RankSearch::new(gzip);
+    let mut got = None;
+    let mut from = 0;
+    for &cut in cuts.iter().chain([&text.len()]) {
+        let cut = cut.clamp(from, text.len());
+        if let Some(r) = search.feed(&text[from..cut]) {
+            got = Some(r);
+            break;
+        }
+        from = cut;
+    }
+    let got = got.or_else(|| search.finish().map(Some));
+    assert_eq!(
+        got.unwrap_or(None),
+        want.unwrap_or(None),
+        "{:?} (gzip {gzip}, cuts {cuts:?})",
+        String::from_utf8_lossy(text)
+    );
+}
+
+#[test]
+fn rank_search_matches_the_line_regex() {
+    for text in [
+        &b"{\"rank\": 3,"[..],
+        b"{\"rank\":3,",
+        b"\"rank\":\"rank\": 4",
+        b"\"rank\"rank\": 4",
+        b"\"rank\"\"rank\": 4",
+        "\"rank\":\u{a0}\t 42".as_bytes(),
+        "\"rank\":\u{3000}7 ".as_bytes(),
+        b"\"rank\":\xe3\x80 7",
+        b"\"rank\":\xe3\x80\"rank\": 9",
+        b"\"rank\":\x1f5",
+        b"\"rank\": 99999999999999999999",
+        b"\"rank\": \n5 \"rank\": 6",
+        b"\"rank\":\r 4",
+        b"\"rank\": 12",
+        b"x\"rank\": 007}",
+    ] {
+        for gzip in [false, true] {
+            for cut in 0..=text.len() {
+                check_rank_search(text, gzip, &[cut]);
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn rank_search_agrees_with_the_line_regex(
+        parts in prop::collection::vec(prop::sample::select(vec![
+            "\"rank\":", "\"rank\"", "\"", " ", "\t", "\n", "\r", "\u{a0}", "\u{2028}", "1", "42",
+            "x", ":", "-", "\u{e9}", "\u{3000}", "99999999999999999999",
+        ]), 0..12),
+        cuts in prop::collection::vec(0usize..64, 0..4),
+        gzip in any::<bool>(),
+    ) {
+        let text = parts.concat();
+        let mut cuts = cuts;
+        cuts.sort_unstable();
+        check_rank_search(text.as_bytes(), gzip, &cuts);
+        // Invalid UTF-8 too: the text cut at each byte, then a stray byte.
+        let mut bytes = text.into_bytes();
+        bytes.insert(bytes.len() / 2, 0xe2);
+        check_rank_search(&bytes, gzip, &cuts);
+    }
 }
