@@ -59,6 +59,9 @@ pub(super) struct Interner {
     /// Ids (+1; 0 is empty) of recently interned strings by [`quick_hash`]: a trace repeats a
     /// few hundred names, and this finds most of them without hashing a long kernel name whole.
     pub(super) recent: Vec<u32>,
+    /// The fast path's buffer for an event's kept args (reused, so that nothing is allocated per
+    /// event).
+    pub(super) scratch: Vec<u8>,
 }
 
 /// Slots in [`Interner::recent`] (a power of two).
