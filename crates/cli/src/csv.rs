@@ -54,6 +54,17 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
         .with_context(|| format!("cannot create the CSV directory {}", dir.display()))?;
     let mut files = Vec::new();
     for a in analyses {
+        let tables = match a {
+            Analysis::Efficiency => crate::efficiency_view::efficiency_csv(&report.efficiency),
+            Analysis::Collectives => crate::efficiency_view::collectives_csv(&report.collectives),
+            _ => Vec::new(),
+        };
+        for (name, text) in tables {
+            files.push(Csv {
+                path: dir.join(name),
+                text,
+            });
+        }
         match a {
             Analysis::Temporal => {
                 let mut c = Csv::new(
@@ -255,6 +266,7 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                 }
                 files.push(c);
             }
+            Analysis::Efficiency | Analysis::Collectives => {}
             Analysis::Memory => {
                 let mut c = Csv::new(
                     dir,

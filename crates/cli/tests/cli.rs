@@ -77,8 +77,8 @@ fn a_cpu_only_trace_gets_one_line_for_the_gpu_sections() {
         .collect();
     assert_eq!(
         said,
-        ["GPU sections (temporal, overlap, idle, kernels): no GPU rows in any trace (a CPU-only \
-          job), nothing to show"],
+        ["GPU sections (temporal, overlap, idle, kernels, collectives): no GPU rows in any trace \
+          (a CPU-only job), nothing to show"],
         "{stdout}"
     );
     assert!(!stdout.contains("GPU time per rank"), "{stdout}");
