@@ -376,7 +376,26 @@ pub struct Collectives {
     pub straggler: Option<CollectiveStraggler>,
     /// What the reader should know.
     pub notes: Vec<String>,
+    /// The matched instances with the longest wait on one rank, longest first (for doctor's
+    /// examples).
+    #[serde(skip)]
+    pub(crate) worst_waits: Vec<WorstWait>,
 }
+
+/// One rank's wait in one matched instance.
+#[derive(Clone, Debug)]
+pub(crate) struct WorstWait {
+    pub rank: i64,
+    pub cycle: u32,
+    pub kind: &'static str,
+    pub ts: i64,
+    pub dur: i64,
+    pub wait: i64,
+    pub last: i64,
+}
+
+/// How many [`WorstWait`]s are kept.
+const WORST: usize = 3;
 
 type RowKey = (
     &'static str,
@@ -514,6 +533,20 @@ pub(crate) fn merge(ranks: Vec<(i64, u32, Vec<Instance>)>, steps: &[StepRow]) ->
             let mut caused = 0;
             for (r, s) in &seqs {
                 let w = s[k].dur - transfer;
+                if w > 0 {
+                    out.worst_waits.push(WorstWait {
+                        rank: *r,
+                        cycle,
+                        kind: s[k].kind,
+                        ts: s[k].ts,
+                        dur: s[k].dur,
+                        wait: w,
+                        last: last_rank,
+                    });
+                    out.worst_waits
+                        .sort_by(|a, b| b.wait.cmp(&a.wait).then(a.ts.cmp(&b.ts)));
+                    out.worst_waits.truncate(WORST);
+                }
                 let e = waits.entry((*r, cycle)).or_default();
                 e.matched += 1;
                 e.wait += w;

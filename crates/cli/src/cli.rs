@@ -300,6 +300,15 @@ pub struct DoctorArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// The device's compute peak in TFLOP/s, for every op (the roofline rule; replaces the
+    /// peaks table's figures).
+    #[arg(long, value_name = "TFLOPS")]
+    pub peak_tflops: Option<f64>,
+
+    /// The device's memory bandwidth in TB/s (10¹² bytes per second).
+    #[arg(long, value_name = "TBPS")]
+    pub peak_bandwidth: Option<f64>,
+
     /// Worker threads reading traces (default: one per CPU).
     #[arg(short, long, value_name = "N")]
     pub jobs: Option<usize>,
@@ -334,6 +343,7 @@ impl DoctorArgs {
             quiet: self.quiet,
             options: kinetrace_analysis::DoctorOptions {
                 jobs: self.jobs.unwrap_or(0),
+                peaks: peak_override(self.peak_tflops, self.peak_bandwidth)?,
             },
         })
     }

@@ -188,6 +188,8 @@ pub(crate) struct Group {
     pub roof_time_ns: i64,
     pub no_roofline: Option<String>,
     pub gemm: Option<[i64; 4]>,
+    /// The op row of the call with the most GPU time (GPU groups).
+    pub longest: Option<u32>,
 }
 
 /// One rank's efficiency, before ranks are combined.
@@ -417,6 +419,7 @@ pub(crate) fn rank_efficiency(
         calls: u64,
         ns: i64,
         category: Category,
+        longest: (i64, u32),
     }
     let mut pending: FastMap<(u32, u32), Pending> = FastMap::default();
     let mut unmodelled: FastMap<(u32, u8), (u64, i64, Category)> = FastMap::default();
@@ -463,9 +466,13 @@ pub(crate) fn rank_efficiency(
                     calls: 0,
                     ns: 0,
                     category: m.category,
+                    longest: (acc.ns, o),
                 });
                 p.calls += 1;
                 p.ns += acc.ns;
+                if acc.ns > p.longest.0 {
+                    p.longest = (acc.ns, o);
+                }
             }
             _ => {
                 let reason = if model.is_some() { 1 } else { 0 };
@@ -495,7 +502,7 @@ pub(crate) fn rank_efficiency(
         match why {
             Ok((a, work)) => {
                 let (shapes, dtypes) = a.shapes_text();
-                eff.groups.push(group(
+                let mut g = group(
                     rows.str(name),
                     shapes,
                     dtypes,
@@ -505,7 +512,9 @@ pub(crate) fn rank_efficiency(
                     p.ns,
                     true,
                     &roof,
-                ));
+                );
+                g.longest = Some(p.longest.1);
+                eff.groups.push(g);
             }
             Err(why) => eff.unmodelled.push(Unmodelled {
                 op: rows.str(name).to_owned(),
@@ -575,6 +584,7 @@ fn group(
         roof_time_ns: 0,
         no_roofline: None,
         gemm: work.gemm,
+        longest: None,
     };
     if !on_gpu {
         g.no_roofline = Some("CPU time (a trace without GPU rows): no roofline".into());
@@ -597,8 +607,9 @@ fn group(
     g
 }
 
-/// On a trace without GPU rows: the modelled ops no other modelled op encloses, with their CPU
-/// time.
+/// On a trace without GPU rows: the innermost modelled ops, with their CPU time. A copy or fill
+/// inside a modelled op (addmm copying its bias into the output) is part of that op's work: it
+/// neither counts on its own nor makes the op around it an outer one.
 fn cpu_groups(
     rows: &Rows,
     kinds: &[RowKind],
@@ -629,10 +640,20 @@ fn cpu_groups(
             while stack.last().is_some_and(|&t| all[t as usize].end() <= r.ts) {
                 stack.pop();
             }
-            if let Some(&parent) = stack.last() {
-                leaf.insert(parent, false);
+            let helper = model_of_name(r.name)
+                .is_some_and(|m| matches!(m.formula, Formula::Copy { .. } | Formula::Fill));
+            match (stack.last(), helper) {
+                (Some(_), true) => {
+                    leaf.insert(i, false);
+                }
+                (Some(&parent), false) => {
+                    leaf.insert(parent, false);
+                    leaf.entry(i).or_insert(true);
+                }
+                (None, _) => {
+                    leaf.entry(i).or_insert(true);
+                }
             }
-            leaf.entry(i).or_insert(true);
             stack.push(i);
         }
     }

@@ -184,7 +184,9 @@ pub(crate) enum Formula {
     RowWise { ops: u8 },
     /// Layer/RMS/batch/group norm forward: FLOPs = `ops` per element (+1 each for a weight and
     /// a bias; `eval_ops` for batch norm with `training` false at `Concrete Inputs[training]`);
-    /// writes the output and the statistics (fp32).
+    /// writes the output and `stats` statistics (fp32) per row (layer, RMS: `normalized_shape`
+    /// at `Concrete Inputs[shape]`, else the weight's size), channel (batch) or sample and group
+    /// (group: the group count at `Concrete Inputs[shape]`).
     Norm {
         kind: NormKind,
         x: u8,
@@ -831,7 +833,7 @@ pub(crate) const MODELS: &[Model] = &[
         formula: Formula::Norm {
             kind: NormKind::Group,
             x: 0,
-            shape: None,
+            shape: Some(6),
             weight: Some(1),
             bias: Some(2),
             ops: 6,
