@@ -14,6 +14,8 @@
 //!
 //! Units: FLOPs and bytes are plain counts; TFLOP/s and TB/s are decimal (10¹²).
 
+#[cfg(test)]
+mod docs;
 mod eval;
 mod link;
 pub(crate) mod models;
