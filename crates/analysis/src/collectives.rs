@@ -458,7 +458,9 @@ pub(crate) fn merge(ranks: Vec<(i64, u32, Vec<Instance>)>, steps: &[StepRow]) ->
     }
 
     // Across ranks: the n-th instance of each (cycle, group) on every rank that has the group.
-    let mut by_group: FastMap<(u32, String), Vec<(i64, &Vec<Instance>)>> = FastMap::default();
+    // (cycle, group) → each rank with the group and its instances.
+    type Members<'a> = Vec<(i64, &'a Vec<Instance>)>;
+    let mut by_group: FastMap<(u32, String), Members<'_>> = FastMap::default();
     let distinct_ranks = {
         let mut r: Vec<i64> = ranks.iter().map(|(r, _, _)| *r).collect();
         r.sort_unstable();

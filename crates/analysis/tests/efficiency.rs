@@ -363,7 +363,8 @@ fn nccl_parser_config_collectives_match_tracelens_times() {
     // TraceLens coll_analysis (same grouping): dur_sum per (collective, dtype, In msg nelems),
     // 3 calls each. Its "In msg size (MB)" are MiB (2,049,000 floats = 7.8163 "MB"); S here is
     // bytes: 8,196,000.
-    let got: Vec<(&str, Option<&str>, Option<f64>, u64, f64)> = c
+    type Row<'a> = (&'a str, Option<&'a str>, Option<f64>, u64, f64);
+    let got: Vec<Row<'_>> = c
         .rows
         .iter()
         .map(|x| (x.kind, x.dtype.as_deref(), x.bytes, x.calls, x.time_us.0))

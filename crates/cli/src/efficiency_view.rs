@@ -11,7 +11,7 @@ use crate::table::{clip, dur_us, Align, Table};
 fn rate(v: Option<f64>) -> String {
     match v {
         None => "-".into(),
-        Some(v) if v == 0.0 => "0".into(),
+        Some(0.0) => "0".into(),
         Some(v) if v >= 100.0 => format!("{v:.0}"),
         Some(v) if v >= 10.0 => format!("{v:.1}"),
         Some(v) if v >= 1.0 => format!("{v:.2}"),

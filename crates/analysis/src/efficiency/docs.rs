@@ -158,7 +158,7 @@ fn describe(f: &Formula) -> String {
 }
 
 /// The model table as Markdown.
-pub(crate) fn models_markdown() -> String {
+pub fn models_markdown() -> String {
     let mut out = String::from(
         "| ops | category | formula (argument positions in `Input Dims` / `Concrete Inputs`) | source |\n|---|---|---|---|\n",
     );
@@ -186,7 +186,7 @@ pub(crate) fn models_markdown() -> String {
 }
 
 /// The peaks table as Markdown.
-pub(crate) fn peaks_markdown() -> String {
+pub fn peaks_markdown() -> String {
     let mut out = String::from(
         "| device | `deviceProperties` | fp64 | fp64 matrix | fp32 | fp32 matrix | tf32 | fp16 | bf16 | fp8 | int8 | fp4 | TB/s | source |\n\
          |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",

@@ -14,8 +14,7 @@
 //!
 //! Units: FLOPs and bytes are plain counts; TFLOP/s and TB/s are decimal (10¹²).
 
-#[cfg(test)]
-mod docs;
+pub mod docs;
 mod eval;
 mod link;
 pub(crate) mod models;
