@@ -20,7 +20,8 @@ pub(crate) enum Input {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct OpArgs {
     pub inputs: Vec<Input>,
-    /// `Input Strides` per input (`None` where absent or not a tensor).
+    /// `Input Strides` per input (`None` where absent or not a tensor): an input with a 0
+    /// stride is read once per distinct element.
     pub strides: Vec<Option<Vec<i64>>>,
     /// `Concrete Inputs` (empty when the trace has none).
     pub concrete: Vec<String>,
@@ -102,12 +103,33 @@ impl OpArgs {
             .filter(|s| !s.is_empty())
     }
 
-    /// Bytes of every tensor input (tensor lists need a dtype, which torch does not write).
+    /// The bytes reading input `i` costs: its distinct elements (an expanded input, with a 0 in
+    /// its `Input Strides`, repeats one element along that dim) times its dtype's size.
+    fn read_bytes(&self, i: usize) -> Option<f64> {
+        let Some(Input::Tensor { dims, dtype: t }) = self.inputs.get(i) else {
+            return Some(0.0);
+        };
+        let size = f64::from(dtype(t)?.0);
+        let distinct: f64 = match self.strides.get(i) {
+            Some(Some(st)) if st.len() == dims.len() => dims
+                .iter()
+                .zip(st)
+                .filter(|(_, &s)| s != 0)
+                .map(|(&d, _)| d.max(0) as f64)
+                .product(),
+            _ => numel(dims),
+        };
+        Some(distinct * size)
+    }
+
+    /// Bytes of every tensor input read once (tensor lists need a dtype, which torch does not
+    /// write).
     fn input_bytes(&self) -> Option<f64> {
         self.inputs
             .iter()
-            .map(|x| match x {
-                Input::Tensor { dims, dtype } => tensor_bytes(dims, dtype),
+            .enumerate()
+            .map(|(i, x)| match x {
+                Input::Tensor { .. } => self.read_bytes(i),
                 Input::List(l) if l.is_empty() => Some(0.0),
                 Input::List(_) => None,
                 Input::Other => Some(0.0),
@@ -307,7 +329,10 @@ pub(crate) fn evaluate(model: &Model, name: &str, args: &OpArgs) -> Result<Work,
             };
             Ok(Work {
                 flops: 0.0,
-                bytes: tensor_bytes(sd, st).zip(written).map(|(r, w)| r + w),
+                bytes: args
+                    .read_bytes(usize::from(src))
+                    .zip(written)
+                    .map(|(r, w)| r + w),
                 precision: precision_of(st),
                 label: String::new(),
                 gemm: None,

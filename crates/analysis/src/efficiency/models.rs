@@ -118,8 +118,8 @@ pub(crate) enum NormKind {
 }
 
 /// What an op family computes, as a formula over the op's inputs (positions in `Input Dims`,
-/// `Input type` and `Concrete Inputs`). Bytes are always every tensor input read once plus
-/// every output written once, each in its own dtype.
+/// `Input type` and `Concrete Inputs`). Bytes are always every tensor input read once (its
+/// distinct elements, by `Input Strides`) plus every output written once, each in its own dtype.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Formula {
     /// C = A·B over a batch: A `[.., M, K]`, B `[.., K, N]` (`[N, K]` when `b_nk`, as

@@ -213,6 +213,15 @@ fn elementwise_with_broadcasting_and_without_strides() {
     assert_eq!(fb("aten::fill_", fill), (0.0, Some(2_560.0)));
     let copy = r#"{"Concrete Inputs":["","","False"],"Input type":["float","float","Scalar"],"Input Strides":[[128,1],[128,1],[]],"Input Dims":[[5,128],[5,128],[]]}"#;
     assert_eq!(fb("aten::copy_", copy), (0.0, Some(5_120.0)));
+    // torch_2_15_cpu: addmm copies its bias, expanded to [32,128] (strides [0,1]), into the
+    // output: the source's 128 distinct elements are read, 4,096 written: (128 + 4,096)·4 =
+    // 16,896 (without strides, 32,768).
+    let expanded = r#"{"Concrete Inputs":["","","False"],"Input type":["float","float","Scalar"],"Input Strides":[[128,1],[0,1],[]],"Input Dims":[[32,128],[32,128],[]]}"#;
+    assert_eq!(fb("aten::copy_", expanded), (0.0, Some(16_896.0)));
+    // The same expansion in a pointwise op: add_(x [32,128], b expanded [32,128] strides [0,1]):
+    // (4,096 + 128 + 4,096)·4 = 33,280.
+    let add_b = r#"{"Input Dims":[[32,128],[32,128],[]],"Input type":["float","float","Scalar"],"Input Strides":[[128,1],[0,1],[]],"Concrete Inputs":["","","1"]}"#;
+    assert_eq!(fb("aten::add_", add_b), (4_096.0, Some(33_280.0)));
     assert_eq!(model_of("aten::copy_").unwrap().category, Category::Memcpy);
     // _foreach_add_ (amd_trace) over [[128,128],[128]]: 16,512 FLOPs; torch writes no dtype for
     // a tensor list's elements, so its bytes are unknown (no roofline), never guessed.
