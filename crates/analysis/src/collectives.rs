@@ -81,8 +81,9 @@ fn kind_of(name: &str) -> Option<(&'static str, BusFactor)> {
 
 /// Whether a kernel is a collective (NCCL/RCCL).
 pub(crate) fn is_collective_kernel(name: &str) -> bool {
-    let lower = name.get(..4).map(str::to_ascii_lowercase);
-    matches!(lower.as_deref(), Some("nccl" | "rccl")) || name.contains("cross_device_reduce")
+    let head = name.as_bytes().get(..4);
+    head.is_some_and(|h| h.eq_ignore_ascii_case(b"nccl") || h.eq_ignore_ascii_case(b"rccl"))
+        || name.contains("cross_device_reduce")
 }
 
 /// NCCL's algorithm and protocol in a kernel name: `ncclKernel_AllReduce_RING_LL_Sum_float` →
@@ -200,15 +201,25 @@ pub(crate) fn rank_instances(
 ) -> Vec<Instance> {
     let mut out = Vec::new();
     let mut parsed: FastMap<u32, Option<CollArgs>> = FastMap::default();
+    // Per interned name: 0 not looked at yet, 1 a collective kernel, 2 not one.
+    let mut collective = vec![0u8; rows.strings.len()];
     for &(g, op) in links {
         let r = &rows.rows[g as usize];
         if kinds[r.cat as usize] != RowKind::Kernel {
             continue;
         }
-        let name = rows.str(r.name);
-        if !is_collective_kernel(name) {
+        let seen = &mut collective[r.name as usize];
+        if *seen == 0 {
+            *seen = if is_collective_kernel(rows.str(r.name)) {
+                1
+            } else {
+                2
+            };
+        }
+        if *seen == 2 {
             continue;
         }
+        let name = rows.str(r.name);
         let ids = [Some(g), op].map(|row| row.and_then(|row| rows.op_args(row)));
         for id in ids.into_iter().flatten() {
             parsed.entry(id).or_insert_with(|| coll_args(rows.str(id)));

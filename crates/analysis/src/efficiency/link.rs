@@ -44,6 +44,9 @@ pub(crate) fn cat_kinds(rows: &Rows) -> Vec<RowKind> {
 /// of finished siblings in between is cut short (the call then has no op).
 const ENCLOSING_SCAN: usize = 256;
 
+/// An External id no op has (yet).
+const NO_OP: u32 = u32::MAX;
+
 /// `(GPU row, op row)` for every GPU row, the op `None` when nothing links it.
 pub(crate) fn launching_ops(rows: &Rows, kinds: &[RowKind]) -> Vec<(u32, Option<u32>)> {
     let all = &rows.rows;
@@ -54,44 +57,78 @@ pub(crate) fn launching_ops(rows: &Rows, kinds: &[RowKind]) -> Vec<(u32, Option<
     if gpu.is_empty() {
         return Vec::new();
     }
-    let ops = all.iter().filter(|r| kind(r) == RowKind::CpuOp).count();
-    let mut by_ext: FastMap<i64, u32> = FastMap::with_capacity_and_hasher(ops, Default::default());
-    for (i, r) in all.iter().enumerate() {
-        if r.ext != -1 && kind(r) == RowKind::CpuOp {
-            by_ext.insert(r.ext, i as u32);
+    // The External ids wanted (the GPU rows' own), then one pass over the ops for them: a trace
+    // has several times more ops than launches, and a lookup costs less than an insert.
+    let mut by_ext: FastMap<i64, u32> =
+        FastMap::with_capacity_and_hasher(gpu.len(), Default::default());
+    for &g in &gpu {
+        let e = all[g as usize].ext;
+        if e != -1 {
+            by_ext.insert(e, NO_OP);
         }
     }
+    let fill = |by_ext: &mut FastMap<i64, u32>| {
+        for (i, r) in all.iter().enumerate() {
+            if r.ext != -1 && kind(r) == RowKind::CpuOp {
+                if let Some(slot) = by_ext.get_mut(&r.ext) {
+                    *slot = i as u32;
+                }
+            }
+        }
+    };
+    fill(&mut by_ext);
+    let op_of = |by_ext: &FastMap<i64, u32>, e: i64| -> Option<u32> {
+        if e == -1 {
+            return None;
+        }
+        by_ext.get(&e).copied().filter(|&o| o != NO_OP)
+    };
     let mut out: Vec<(u32, Option<u32>)> = gpu
         .iter()
-        .map(|&g| {
-            let r = &all[g as usize];
-            (
-                g,
-                (r.ext != -1).then(|| by_ext.get(&r.ext).copied()).flatten(),
-            )
-        })
+        .map(|&g| (g, op_of(&by_ext, all[g as usize].ext)))
         .collect();
     if out.iter().all(|(_, op)| op.is_some()) {
         return out;
     }
-    // Some rows carry no (known) External id: go through their runtime call.
+    // Some rows carry no (known) External id: go through their runtime call, whose External id
+    // joins the wanted ones.
     let mut by_corr: FastMap<i64, u32> = FastMap::default();
     for (i, r) in all.iter().enumerate() {
         if r.corr != -1 && kind(r) == RowKind::Runtime {
             by_corr.insert(r.corr, i as u32);
         }
     }
+    let call_of = |r: &Row| {
+        (r.corr != -1)
+            .then(|| by_corr.get(&r.corr).copied())
+            .flatten()
+    };
+    let mut more = false;
+    for &(g, op) in &out {
+        if op.is_some() {
+            continue;
+        }
+        if let Some(call) = call_of(&all[g as usize]) {
+            let e = all[call as usize].ext;
+            if e != -1 && !by_ext.contains_key(&e) {
+                by_ext.insert(e, NO_OP);
+                more = true;
+            }
+        }
+    }
+    if more {
+        fill(&mut by_ext);
+    }
     let mut per_thread: Option<FastMap<u32, Vec<u32>>> = None;
     for (g, op) in &mut out {
         if op.is_some() {
             continue;
         }
-        let r = &all[*g as usize];
-        let Some(&call) = (r.corr != -1).then(|| by_corr.get(&r.corr)).flatten() else {
+        let Some(call) = call_of(&all[*g as usize]) else {
             continue;
         };
         let c = &all[call as usize];
-        if let Some(&o) = (c.ext != -1).then(|| by_ext.get(&c.ext)).flatten() {
+        if let Some(o) = op_of(&by_ext, c.ext) {
             *op = Some(o);
             continue;
         }

@@ -319,17 +319,6 @@ fn device(rows: &Rows, over: &PeakOverride, has_gpu: bool) -> (DeviceRow, Roof) 
     )
 }
 
-/// Per op row: what its GPU rows add up to.
-#[derive(Default, Clone, Copy)]
-struct OpAcc {
-    ns: i64,
-    /// Kernels per category of their names: rows, ns.
-    kernels: [(u64, i64); 10],
-    /// `gpu_memcpy` and `gpu_memset` rows: rows, ns.
-    copies: (u64, i64),
-    sets: (u64, i64),
-}
-
 const NO_ARGS: u32 = u32::MAX;
 
 /// One rank's efficiency and collective instances (they share the GPU rows' links to ops).
@@ -367,12 +356,12 @@ pub(crate) fn rank_efficiency(
         unmodelled: Vec::new(),
         op_time_ns: 0,
     };
-    let mut kernel_cat: FastMap<u32, Category> = FastMap::default();
-    let mut models: FastMap<u32, Option<&'static Model>> = FastMap::default();
+    // Per interned name, the category of a kernel with that name (computed once).
+    let mut kernel_cat: Vec<Option<Category>> = vec![None; rows.strings.len()];
+    // Per interned name, its model (looked up once).
+    let mut models: Vec<Option<Option<&'static Model>>> = vec![None; rows.strings.len()];
     let mut model_of_name = |name: u32| -> Option<&'static Model> {
-        *models
-            .entry(name)
-            .or_insert_with(|| model_of(rows.str(name)))
+        *models[name as usize].get_or_insert_with(|| model_of(rows.str(name)))
     };
     if links.is_empty() {
         if !rows.op_args.is_empty() {
@@ -380,40 +369,69 @@ pub(crate) fn rank_efficiency(
         }
         return eff;
     }
-    let mut per_op: FastMap<u32, OpAcc> = FastMap::default();
+    // Per op: its GPU time. Copy and set rows and collective kernels keep their own category;
+    // an op's other kernels take the op's: its model's, or (an op without a model) the one with
+    // the most time among all of them by kernel name, never just the first kernel's.
+    let mut per_op: FastMap<u32, i64> =
+        FastMap::with_capacity_and_hasher(links.len(), Default::default());
+    let mut unknown: FastMap<u32, [(u64, i64); 10]> = FastMap::default();
+    // Ops without a model whose rows all keep their own category: the first such category.
+    let mut own_only: FastMap<u32, Category> = FastMap::default();
     let mut unlinked: FastMap<u32, (u64, i64)> = FastMap::default();
+    let add = |cats: &mut [(u64, i64); 10], c: Category, dur: i64| {
+        let slot = &mut cats[c.index()];
+        slot.0 += 1;
+        slot.1 += dur;
+    };
     for &(g, op) in links {
         let r = &rows.rows[g as usize];
         let dur = r.dur.max(0);
         let kind = kinds[r.cat as usize];
-        let cat = match kind {
-            RowKind::Memcpy => Category::Memcpy,
-            RowKind::Memset => Category::Memset,
-            _ => *kernel_cat
-                .entry(r.name)
-                .or_insert_with(|| kernel_category(rows.str(r.name))),
+        let own = match kind {
+            RowKind::Memcpy => Some(Category::Memcpy),
+            RowKind::Memset => Some(Category::Memset),
+            _ => None,
         };
-        match op {
-            Some(o) => {
-                let a = per_op.entry(o).or_default();
-                a.ns += dur;
-                let c = match kind {
-                    RowKind::Memcpy => &mut a.copies,
-                    RowKind::Memset => &mut a.sets,
-                    _ => &mut a.kernels[cat.index()],
-                };
-                c.0 += 1;
-                c.1 += dur;
+        let cat = own.unwrap_or_else(|| {
+            *kernel_cat[r.name as usize].get_or_insert_with(|| kernel_category(rows.str(r.name)))
+        });
+        let Some(o) = op else {
+            add(&mut eff.categories, cat, dur);
+            let u = unlinked.entry(r.name).or_default();
+            u.0 += 1;
+            u.1 += dur;
+            continue;
+        };
+        *per_op.entry(o).or_default() += dur;
+        let model = model_of_name(rows.rows[o as usize].name);
+        if own.is_some() || cat == Category::Communication {
+            add(&mut eff.categories, cat, dur);
+            if model.is_none() {
+                own_only.entry(o).or_insert(cat);
             }
-            None => {
-                let c = &mut eff.categories[cat.index()];
-                c.0 += 1;
-                c.1 += dur;
-                let u = unlinked.entry(r.name).or_default();
-                u.0 += 1;
-                u.1 += dur;
-            }
+            continue;
         }
+        match model {
+            Some(m) => add(&mut eff.categories, m.category, dur),
+            None => add(unknown.entry(o).or_insert([(0, 0); 10]), cat, dur),
+        }
+    }
+    // An op without a model: its kernels' category with the most time.
+    let mut unknown_category: FastMap<u32, Category> =
+        FastMap::with_capacity_and_hasher(unknown.len(), Default::default());
+    for (o, kernels) in unknown {
+        let category = Category::ALL
+            .iter()
+            .filter(|c| kernels[c.index()].0 > 0)
+            .max_by_key(|c| (kernels[c.index()].1, std::cmp::Reverse(c.index())))
+            .copied()
+            .unwrap_or(Category::Other);
+        let slot = &mut eff.categories[category.index()];
+        for (n, ns) in kernels {
+            slot.0 += n;
+            slot.1 += ns;
+        }
+        unknown_category.insert(o, category);
     }
     // Groups by (op name, args), evaluated once each.
     struct Pending {
@@ -424,42 +442,10 @@ pub(crate) fn rank_efficiency(
     }
     let mut pending: FastMap<(u32, u32), Pending> = FastMap::default();
     let mut unmodelled: FastMap<(u32, u8), (u64, i64, Category)> = FastMap::default();
-    let mut ops: Vec<(u32, OpAcc)> = per_op.into_iter().collect();
-    ops.sort_unstable_by_key(|&(o, _)| o);
-    for (o, acc) in ops {
+    for (o, ns) in per_op {
         let name = rows.rows[o as usize].name;
         let model = model_of_name(name);
-        // Copy and set rows and collective kernels keep their own category; the op's other
-        // kernels take the op's: its model's, or the one with the most time among all of them
-        // (by kernel name), never just the first kernel's.
-        let comm = Category::Communication.index();
-        let category = model.map(|m| m.category).unwrap_or_else(|| {
-            Category::ALL
-                .iter()
-                .filter(|c| c.index() != comm)
-                .filter(|c| acc.kernels[c.index()].0 > 0)
-                .max_by_key(|c| (acc.kernels[c.index()].1, std::cmp::Reverse(c.index())))
-                .copied()
-                .unwrap_or(if acc.copies.0 > 0 {
-                    Category::Memcpy
-                } else if acc.sets.0 > 0 {
-                    Category::Memset
-                } else {
-                    Category::Communication
-                })
-        });
-        for (i, &(n, ns)) in acc.kernels.iter().enumerate() {
-            let to = if i == comm { i } else { category.index() };
-            let slot = &mut eff.categories[to];
-            slot.0 += n;
-            slot.1 += ns;
-        }
-        for (c, (n, ns)) in [(Category::Memcpy, acc.copies), (Category::Memset, acc.sets)] {
-            let slot = &mut eff.categories[c.index()];
-            slot.0 += n;
-            slot.1 += ns;
-        }
-        eff.op_time_ns += acc.ns;
+        eff.op_time_ns += ns;
         match model {
             Some(m) if !matches!(m.formula, Formula::None) => {
                 let args = rows.op_args(o).unwrap_or(NO_ARGS);
@@ -467,19 +453,30 @@ pub(crate) fn rank_efficiency(
                     calls: 0,
                     ns: 0,
                     category: m.category,
-                    longest: (acc.ns, o),
+                    longest: (ns, o),
                 });
                 p.calls += 1;
-                p.ns += acc.ns;
-                if acc.ns > p.longest.0 {
-                    p.longest = (acc.ns, o);
+                p.ns += ns;
+                // The longest call; the first in the trace of equally long ones.
+                if (ns, std::cmp::Reverse(o)) > (p.longest.0, std::cmp::Reverse(p.longest.1)) {
+                    p.longest = (ns, o);
                 }
             }
             _ => {
-                let reason = if model.is_some() { 1 } else { 0 };
+                let (reason, category) = match model {
+                    Some(m) => (1, m.category),
+                    None => (
+                        0,
+                        unknown_category
+                            .get(&o)
+                            .or_else(|| own_only.get(&o))
+                            .copied()
+                            .unwrap_or(Category::Other),
+                    ),
+                };
                 let u = unmodelled.entry((name, reason)).or_insert((0, 0, category));
                 u.0 += 1;
-                u.1 += acc.ns;
+                u.1 += ns;
             }
         }
     }
@@ -542,7 +539,7 @@ pub(crate) fn rank_efficiency(
     for (name, (calls, ns)) in unlinked {
         eff.unmodelled.push(Unmodelled {
             op: format!("(no op) {}", rows.str(name)),
-            category: *kernel_cat.get(&name).unwrap_or(&Category::Other),
+            category: kernel_cat[name as usize].unwrap_or(Category::Other),
             calls,
             time_us: Us::from_ns(ns),
             why: "no op launched it (no External id or runtime call links it)".into(),

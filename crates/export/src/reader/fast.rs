@@ -44,13 +44,14 @@ const MAX_DEPTH: u32 = 64;
 /// Parses the event object at the start of `data` (which must start at its `{`, or the answer
 /// is [`Fast::Fallback`]). Names are interned into `strings` as they are met, in the same order
 /// serde would intern them, so a fallback after some were interned changes nothing.
-pub(super) fn parse_event(data: &[u8], strings: &mut Interner) -> Fast {
+/// `kept` is the buffer for the event's kept args (`kept.rs`), reused from event to event.
+pub(super) fn parse_event(data: &[u8], strings: &mut Interner, kept: &mut Vec<u8>) -> Fast {
     let mut c = Cur { s: data, i: 0 };
-    let mut kept = std::mem::take(&mut strings.scratch);
-    let result = c.event(strings, &mut kept);
-    kept.clear();
-    strings.scratch = kept;
-    match result {
+    if !kept.is_empty() {
+        // What an event that fell back or was cut off left.
+        kept.clear();
+    }
+    match c.event(strings, kept) {
         Ok(ev) => Fast::Done(ev, c.i),
         Err(Stop::More) => Fast::More,
         Err(Stop::Fallback) => Fast::Fallback,
@@ -168,7 +169,9 @@ impl<'a> Cur<'a> {
     }
 
     /// A number at `self.i` (a `-` or a digit), converted as serde_json converts it.
-    #[inline]
+    // Always inlined: `scalar` is the hot caller (every ts, dur, id and numeric arg), and a call
+    // there costs more than the copy `canon` gets.
+    #[inline(always)]
     fn number(&mut self) -> R<Scalar<'a>> {
         let s = self.s;
         let start = self.i;
@@ -594,7 +597,11 @@ impl<'a> Cur<'a> {
             mem_bytes: args.mem_bytes,
             mem_device: args.mem_device,
             flow_id,
-            op_args: finish(kept, strings),
+            op_args: if kept.is_empty() {
+                None
+            } else {
+                finish(kept, strings)
+            },
         })
     }
 
@@ -680,7 +687,7 @@ fn digits_end(s: &[u8], mut i: usize) -> R<usize> {
 /// The end of the run of ASCII digits starting at `i` (which must end inside `s`) and, when the
 /// run has at most 19 digits, their value (else a meaningless number). Eight bytes at a time:
 /// the lengths of numbers vary too much for a byte loop's exit to be predicted.
-#[inline]
+#[inline(always)]
 fn digits(s: &[u8], mut i: usize) -> R<(usize, u64)> {
     let mut value = 0u64;
     while let Some(chunk) = s.get(i..i + 8) {

@@ -58,6 +58,7 @@ pub(super) fn open_member(out: &mut Vec<u8>, index: u8) {
 }
 
 /// Closes the object in `out` and interns it; `None` when nothing was kept.
+#[inline]
 pub(super) fn finish(out: &mut Vec<u8>, strings: &mut Interner) -> Option<StrId> {
     if out.is_empty() {
         return None;

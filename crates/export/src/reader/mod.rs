@@ -447,6 +447,7 @@ where
         on_event,
         index: 0,
         in_events: false,
+        kept: Vec::new(),
     };
     match parser.run() {
         Ok(header) => Ok(Trace {

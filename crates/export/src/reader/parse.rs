@@ -59,9 +59,6 @@ pub(super) struct Interner {
     /// Ids (+1; 0 is empty) of recently interned strings by [`quick_hash`]: a trace repeats a
     /// few hundred names, and this finds most of them without hashing a long kernel name whole.
     pub(super) recent: Vec<u32>,
-    /// The fast path's buffer for an event's kept args (reused, so that nothing is allocated per
-    /// event).
-    pub(super) scratch: Vec<u8>,
 }
 
 /// Slots in [`Interner::recent`] (a power of two).
@@ -95,7 +92,8 @@ impl Interner {
 
     /// Interns the text of `bytes`; `None` when they are not UTF-8 or hold a control character
     /// (which a JSON string cannot). Strings already interned were checked, so only a new one is.
-    #[inline]
+    // Always inlined: every `cat` and `name` comes through here (the kept args rarely do).
+    #[inline(always)]
     pub(super) fn intern_bytes(&mut self, bytes: &[u8]) -> Option<StrId> {
         let slot = quick_hash(bytes) & (RECENT - 1);
         if let Some(&id) = self.recent.get(slot) {
@@ -143,6 +141,9 @@ pub(super) struct Parser<R, F> {
     pub(super) index: u64,
     /// Whether the parser is inside the `traceEvents` array.
     pub(super) in_events: bool,
+    /// The fast path's buffer for an event's kept args (`kept.rs`), reused so that nothing is
+    /// allocated per event.
+    pub(super) kept: Vec<u8>,
 }
 
 #[derive(Default)]
@@ -286,7 +287,11 @@ impl<R: Read, F: FnMut(TraceEvent, &[Box<str>])> Parser<R, F> {
     fn event(&mut self) -> Result<TraceEvent, Fail> {
         loop {
             let input = &mut self.input;
-            match parse_event(&input.buf[input.pos..input.end], &mut self.strings) {
+            match parse_event(
+                &input.buf[input.pos..input.end],
+                &mut self.strings,
+                &mut self.kept,
+            ) {
                 Fast::Done(event, len) => {
                     input.pos += len;
                     return Ok(event);
