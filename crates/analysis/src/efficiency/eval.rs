@@ -509,21 +509,41 @@ fn conv(
         },
         None => vec![0; sp],
     };
+    if s.iter().chain(&d).any(|&v| v <= 0) || g <= 0 {
+        return Err("a stride, dilation or group count is not positive");
+    }
     let input_spatial = &xd[2..];
     let kernel = &wd[2..];
+    // Saturating: a damaged trace must give no model, not an overflow.
     let out_spatial: Vec<i64> = (0..sp)
         .map(|i| {
+            let reach = d[i].saturating_mul(kernel[i].saturating_sub(1));
             if transposed {
-                (input_spatial[i] - 1) * s[i] - 2 * p[i] + d[i] * (kernel[i] - 1) + op[i] + 1
+                input_spatial[i]
+                    .saturating_sub(1)
+                    .saturating_mul(s[i])
+                    .saturating_sub(p[i].saturating_mul(2))
+                    .saturating_add(reach)
+                    .saturating_add(op[i])
+                    .saturating_add(1)
             } else {
-                (input_spatial[i] + 2 * p[i] - d[i] * (kernel[i] - 1) - 1) / s[i] + 1
+                input_spatial[i]
+                    .saturating_add(p[i].saturating_mul(2))
+                    .saturating_sub(reach)
+                    .saturating_sub(1)
+                    / s[i]
+                    + 1
             }
         })
         .collect();
     if out_spatial.iter().any(|&o| o <= 0) {
         return Err("the convolution's output would be empty");
     }
-    let c_out = if transposed { wd[1] * g } else { wd[0] };
+    let c_out = if transposed {
+        wd[1].saturating_mul(g)
+    } else {
+        wd[0]
+    };
     let n = xd[0] as f64;
     let macs_spatial = if transposed {
         numel(input_spatial)
@@ -656,7 +676,7 @@ fn attention(
         .and_then(|i| args.concrete(i))
         .and_then(parse_flag)
         .unwrap_or(false);
-    let mut flops = 2.0 * (b * h) as f64 * nq as f64 * nk as f64 * (dqk + dv) as f64;
+    let mut flops = 2.0 * b as f64 * h as f64 * nq as f64 * nk as f64 * (dqk as f64 + dv as f64);
     if is_causal {
         flops /= 2.0;
     }

@@ -482,3 +482,49 @@ fn the_peak_follows_category_and_precision() {
         2614.9
     );
 }
+
+#[test]
+fn damaged_args_give_no_model_never_a_panic() {
+    // Every model on args that are wrong in each way a damaged or foreign trace can be: empty,
+    // short, zero and negative dims, zero strides, huge numbers, strings where lists belong.
+    let dims = [
+        "[]",
+        "[[]]",
+        "[[0,0],[0,0],[0,0],[0,0],[0,0],[0,0],[0,0],[0,0],[0,0],[0,0],[0,0]]",
+        "[[-1,5,3,3],[8,-2,3,3],[8],[],[],[],[],[],[],[],[]]",
+        "[[9223372036854775807,9223372036854775807,9223372036854775807,9223372036854775807],[9223372036854775807,2,9223372036854775807,9223372036854775807],[9223372036854775807,2,2,2],[],[],[],[],[],[],[],[]]",
+        "[[2,3,16,16],[8,3,3,3],[8],[],[],[],[],[],[],[],[]]",
+        "[[[1,2],[3]],[[1,2],[3]],[]]",
+        "\"x\"",
+    ];
+    let concrete = [
+        "[]",
+        "[\"\",\"\",\"\",\"[0, 0]\",\"[0, 0]\",\"[0, 0]\",\"x\",\"[0, 0]\",\"0\",\"\",\"[]\"]",
+        "[\"\",\"\",\"\",\"[9223372036854775807]\",\"[-9223372036854775807]\",\"[9223372036854775807]\",\"True\",\"[9223372036854775807]\",\"-1\",\"[True]\",\"[True, True, True]\"]",
+        "[\"\",\"\",\"\",\"[1, 2, 3]\",\"nan\",\"1e400\",\"1\",\"[1]\",\"1\",\"1\",\"[x]\"]",
+    ];
+    let types = [
+        "[]",
+        "[\"float\",\"float\",\"float\",\"ScalarList\",\"ScalarList\",\"ScalarList\",\"Scalar\",\"ScalarList\",\"Scalar\",\"Scalar\",\"ScalarList\"]",
+        "[\"c10::Mystery\",\"TensorList\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\"]",
+    ];
+    for m in MODELS {
+        for op in m.ops {
+            let name = op.trim_end_matches('*');
+            for d in dims {
+                for c in concrete {
+                    for t in types {
+                        let text = format!(
+                            r#"{{"Input Dims":{d},"Input type":{t},"Concrete Inputs":{c},"Input Strides":[[0,0],[1]]}}"#
+                        );
+                        if let Some(args) = OpArgs::parse(&text) {
+                            if let Ok(w) = evaluate(m, name, &args) {
+                                assert!(w.flops >= 0.0 && !w.flops.is_nan(), "{name} {text}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
