@@ -297,7 +297,7 @@ fn doctor_without_findings_and_with_nothing_readable() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(
-        stdout.contains("no findings: none of the 16 rules fired"),
+        stdout.contains("no findings: none of the 17 rules fired"),
         "{stdout}"
     );
     // As numbered (#1..#3), the window holds the process's first steps: one info finding.
