@@ -229,8 +229,9 @@ pub(crate) struct Model {
 }
 
 const GEMM_SRC: &str = "2·M·N·K per multiply-add pair; bias adds one FLOP per output";
-const CONV_SRC: &str = "torch.utils.flop_counter (conv_flop_count)";
-const ATTN_SRC: &str = "FlashAttention paper (Dao et al. 2022), §3: 4·N²·d forward, 2.5× backward";
+const CONV_SRC: &str =
+    "torch.utils.flop_counter (conv_flop_count, conv_backward_flop), + one FLOP per output for a bias";
+const ATTN_SRC: &str = "Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py: 4·B·N²·H·d, ½ causal, 2.5× backward";
 const POINTWISE_SRC: &str = "one operation per output element";
 const NORM_SRC: &str = "operations per element of the formula (mean, variance, normalise, affine)";
 
