@@ -35,6 +35,9 @@ cargo test --manifest-path examples/candle/Cargo.toml --locked
 
 step "GPU check script self-test (the trace checker run on GPU machines)"
 python3 gpu/check/gpu_check.py selftest
+cargo build --locked -q -p kinetrace-cli
+target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+python3 gpu/check/efficiency_check.py selftest --cli "$target_dir/debug/kinetrace"
 
 step "loom model check of the per-thread ring"
 bash scripts/loom.sh

@@ -8,7 +8,9 @@ Subcommands:
                                    kinetrace, its trace checked; the same work in PyTorch under
                                    torch.profiler, compared; a small training loop under
                                    `kinetrace record --iterations 3` vs torch.profiler (if the staged
-                                   CLI has `record`). One summary table; exit 1 on any failed check.
+                                   CLI has `record`); a bf16 matmul of known size through `kinetrace
+                                   analyze --only efficiency` (efficiency_check.py). One summary
+                                   table; exit 1 on any failed check.
   check-trace TRACE [--expect-json FILE | --expect kernel=N,...] [options]
                                    the trace checks alone, on any trace (e.g. one synthesised, or
                                    the demo's with the counts it should hold).
@@ -1172,6 +1174,17 @@ def cmd_all(a):
             s.add("overhead", "%s: training step" % label, None,
                   "recorded %s, after the window %s, no profiler %s (added %s/step)" % (
                       fmt_us(on), fmt_us(off), fmt_us(b), fmt_us(on - b) if (on is not None and b is not None) else "n/a"))
+    # Efficiency (issue 24): a bf16 matmul of known size under torch.profiler, read by
+    # `kinetrace analyze --only efficiency` (efficiency_check.py says what is checked).
+    progress("step 5: efficiency: a bf16 8192x8192x8192 matmul against the roofline")
+    if os.path.exists(cli):
+        import efficiency_check
+
+        left = BUDGET_S - (time.monotonic() - T0)
+        for name, ok, detail in efficiency_check.run(cli, os.path.join(out, "efficiency"), timeout=min(180.0, left)):
+            s.add("efficiency", name, ok, detail)
+    else:
+        s.add("efficiency", "matmul against the roofline", None, "SKIPPED: no staged kinetrace CLI")
     candle_step(s, stage, out, libs)
     progress("step 6: burn-cuda example (issue 12), fusion off")
     cmd_burn(s, stage, out, libs)

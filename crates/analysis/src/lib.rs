@@ -29,8 +29,10 @@ for t in &report.temporal_breakdown {
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod collectives;
 pub mod diff;
 pub mod doctor;
+pub mod efficiency;
 mod fastmap;
 pub mod hta;
 mod iteration;

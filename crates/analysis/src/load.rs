@@ -17,6 +17,8 @@ use std::sync::mpsc;
 use kinetrace_export::reader::{rank_like_hta_from_reader, ReadError, ReadOptions};
 use serde::Serialize;
 
+use crate::collectives::Instance;
+use crate::efficiency::{rank_device_work, PeakOverride, RankEfficiency};
 use crate::hta::{analyze_rank, hta_view, HtaOptions, HtaRank, StepFilter, Symbols};
 use crate::memory::{memory, phases, MemoryDevice, PhaseSpan};
 use crate::ops::{op_table, OpStat};
@@ -310,6 +312,10 @@ pub(crate) struct RankSummary {
     pub memory: Vec<MemoryDevice>,
     /// Step phases, for ranks with memory samples.
     pub phases: Vec<PhaseSpan>,
+    /// FLOPs, bytes and roofline per op group; GPU time by category.
+    pub efficiency: Option<RankEfficiency>,
+    /// Collective kernels, in time order.
+    pub collectives: Vec<Instance>,
 }
 
 /// Options of a whole run.
@@ -323,6 +329,8 @@ pub struct Options {
     pub memory_points: usize,
     /// The trace reader's limits.
     pub read: ReadOptions,
+    /// Device peaks replacing the peaks table's.
+    pub peaks: PeakOverride,
 }
 
 impl Default for Options {
@@ -332,6 +340,7 @@ impl Default for Options {
             jobs: 0,
             memory_points: 400,
             read: ReadOptions::default(),
+            peaks: PeakOverride::default(),
         }
     }
 }
@@ -367,18 +376,22 @@ pub(crate) fn summarize(source: &TraceSource, opts: &Options) -> Result<RankSumm
     // The op table needs nothing from the other analyses: it runs on a second thread meanwhile
     // (a single large rank otherwise leaves the second core idle once it is read).
     std::thread::scope(|scope| {
+        let second = || (op_table(&rows, &sym), rank_device_work(&rows, &opts.peaks));
         let ops = std::thread::Builder::new()
             .name("kinetrace-ops".into())
-            .spawn_scoped(scope, || op_table(&rows, &sym))
+            .spawn_scoped(scope, second)
             .ok();
         let mut summary = summarize_rows(path, &rows, rank, rank_source, &sym, opts);
-        summary.ops = match ops {
+        let (ops, (efficiency, collectives)) = match ops {
             Some(handle) => match handle.join() {
-                Ok(ops) => ops,
+                Ok(done) => done,
                 Err(panic) => panic::resume_unwind(panic),
             },
-            None => op_table(&rows, &sym),
+            None => second(),
         };
+        summary.ops = ops;
+        summary.efficiency = Some(efficiency);
+        summary.collectives = collectives;
         Ok(summary)
     })
 }
@@ -455,6 +468,8 @@ fn summarize_rows(
         steps: step_rows,
         memory: mem,
         phases: phase_spans,
+        efficiency: None,
+        collectives: Vec::new(),
     }
 }
 

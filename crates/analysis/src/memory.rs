@@ -531,6 +531,7 @@ mod tests {
             base_ns: None,
             metadata: Vec::new(),
             host_pid: None,
+            op_args: Vec::new(),
         }
     }
 

@@ -92,12 +92,23 @@ pub(crate) struct Rows {
     /// The integer `pid` of the first host row (`cpu_op`, `user_annotation`, `python_function`,
     /// runtime call): the process that wrote the trace.
     pub host_pid: Option<i64>,
+    /// `(row position, interned args)` of the rows with `op_args` ([`TraceEvent::op_args`]) (shapes, dtypes,
+    /// concrete inputs, collective parameters), in row order.
+    pub op_args: Vec<(u32, u32)>,
 }
 
 impl Rows {
     /// The text of an interned string.
     pub fn str(&self, id: u32) -> &str {
         &self.strings[id as usize]
+    }
+
+    /// The interned args (a compact JSON object) of the row at `pos`, if it has any.
+    pub fn op_args(&self, pos: u32) -> Option<u32> {
+        self.op_args
+            .binary_search_by_key(&pos, |&(p, _)| p)
+            .ok()
+            .map(|k| self.op_args[k].1)
     }
 }
 
@@ -136,6 +147,7 @@ pub(crate) fn load_rows<R: Read + Send>(
     let mut count: u64 = 0;
     let mut raw_mem: Vec<(RawNum, i64, i64, i64)> = Vec::new();
     let mut host_pid: Option<i64> = None;
+    let mut op_args: Vec<(u32, u32)> = Vec::new();
     let trace =
         read.for_each_event_pipelined(path, input, |ev: TraceEvent, strings: &[Box<str>]| {
             let index = count as u32;
@@ -183,6 +195,9 @@ pub(crate) fn load_rows<R: Read + Send>(
                 }
             };
             let (hts, hdur) = hta_rounded(ev.ts, dur);
+            if let Some(a) = ev.op_args {
+                op_args.push((rows.len() as u32, a.0));
+            }
             rows.push(Row {
                 index,
                 name: ev.name.0,
@@ -224,6 +239,7 @@ pub(crate) fn load_rows<R: Read + Send>(
         base_ns: trace.base_time_ns,
         metadata: trace.metadata,
         host_pid,
+        op_args,
     })
 }
 

@@ -23,6 +23,8 @@ fn json_keys(a: Analysis) -> &'static [&'static str] {
             "kernel_breakdown",
         ],
         Analysis::Ops => &["ops"],
+        Analysis::Efficiency => &["efficiency"],
+        Analysis::Collectives => &["collectives"],
         Analysis::Steps => &["steps", "straggler"],
         Analysis::Memory => &["memory"],
     }

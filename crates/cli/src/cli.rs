@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use kinetrace_analysis::efficiency::PeakOverride;
 use kinetrace_analysis::{HtaOptions, Options, ReadOptions, StepChoice};
 
 /// kinetrace: an in-process GPU profiler that writes Kineto (PyTorch profiler) traces, and the
@@ -100,6 +101,10 @@ pub enum Analysis {
     Kernels,
     /// CPU ops and annotations by self CPU time and by the GPU time of the kernels they launched (like key_averages).
     Ops,
+    /// Per-op FLOPs and bytes from the shapes, achieved TFLOP/s and TB/s, the roofline; GPU time by category.
+    Efficiency,
+    /// Collectives by kind, group, dtype and size: time, algorithm and bus bandwidth; each rank's wait for the others.
+    Collectives,
     /// Time of each ProfilerStep per rank, and the straggler rank that keeps the others waiting.
     Steps,
     /// Allocated/reserved memory over time from [memory] events: peak, when, first step vs later steps.
@@ -108,12 +113,14 @@ pub enum Analysis {
 
 impl Analysis {
     /// All analyses, in report order.
-    pub const ALL: [Analysis; 7] = [
+    pub const ALL: [Analysis; 9] = [
         Analysis::Temporal,
         Analysis::Overlap,
         Analysis::Idle,
         Analysis::Kernels,
         Analysis::Ops,
+        Analysis::Efficiency,
+        Analysis::Collectives,
         Analysis::Steps,
         Analysis::Memory,
     ];
@@ -122,7 +129,11 @@ impl Analysis {
     pub fn needs_gpu(self) -> bool {
         matches!(
             self,
-            Analysis::Temporal | Analysis::Overlap | Analysis::Idle | Analysis::Kernels
+            Analysis::Temporal
+                | Analysis::Overlap
+                | Analysis::Idle
+                | Analysis::Kernels
+                | Analysis::Collectives
         )
     }
 
@@ -140,6 +151,10 @@ ANALYSES (all by default; pick some with --only):
   idle      GPU idle gaps per rank and stream: host wait, kernel wait, other (HTA get_idle_time_breakdown)
   kernels   time by kernel type and overlaps, top kernels per type and rank (HTA get_gpu_kernel_breakdown)
   ops       CPU ops and annotations by self CPU time and GPU time of their kernels (like key_averages)
+  efficiency  per-op FLOPs and bytes from the shapes, achieved TFLOP/s and TB/s against the
+            device's roofline (vendor peaks; --peak-tflops/--peak-bandwidth), GPU time by category
+  collectives  collectives by kind, group, dtype and size: time, algorithm and bus bandwidth
+            (nccl-tests); across ranks each collective's transfer time and each rank's wait
   steps     time of each ProfilerStep per rank, and the straggler rank
   memory    allocated/reserved memory over time from [memory] events: peak, when, step growth
 
@@ -195,6 +210,15 @@ pub struct AnalyzeArgs {
     /// Rows per table in the terminal (0: all).
     #[arg(long, default_value_t = 15, value_name = "N")]
     pub top: usize,
+
+    /// The device's compute peak in TFLOP/s, for every op (replaces the peaks table's figures;
+    /// with --peak-bandwidth, gives a roofline on a device the table does not know).
+    #[arg(long, value_name = "TFLOPS")]
+    pub peak_tflops: Option<f64>,
+
+    /// The device's memory bandwidth in TB/s (10¹² bytes per second).
+    #[arg(long, value_name = "TBPS")]
+    pub peak_bandwidth: Option<f64>,
 
     /// Worker threads reading traces (default: one per CPU).
     #[arg(short, long, value_name = "N")]
@@ -258,6 +282,7 @@ impl AnalyzeArgs {
         if self.jobs == Some(0) {
             bail!("--jobs must be at least 1 (leave it out for one per CPU)");
         }
+        let peaks = peak_override(self.peak_tflops, self.peak_bandwidth)?;
         let analyses = if self.only.is_empty() {
             Analysis::ALL.to_vec()
         } else {
@@ -283,10 +308,26 @@ impl AnalyzeArgs {
                 },
                 jobs: self.jobs.unwrap_or(0),
                 read: self.read.options(),
+                peaks,
                 ..Options::default()
             },
         })
     }
+}
+
+/// `--peak-tflops` and `--peak-bandwidth`: positive numbers.
+fn peak_override(tflops: Option<f64>, tb_per_s: Option<f64>) -> Result<PeakOverride> {
+    for (flag, v, example) in [
+        ("--peak-tflops", tflops, "989.5 (H100 SXM, bf16 dense)"),
+        ("--peak-bandwidth", tb_per_s, "3.35 (H100 SXM)"),
+    ] {
+        if let Some(v) = v {
+            if !(v.is_finite() && v > 0.0) {
+                bail!("{flag} must be a number > 0, such as {example}; got {v}");
+            }
+        }
+    }
+    Ok(PeakOverride { tflops, tb_per_s })
 }
 
 const DOCTOR_AFTER_HELP: &str = "\
@@ -311,6 +352,15 @@ pub struct DoctorArgs {
     /// Print the findings as JSON on stdout instead of text.
     #[arg(long)]
     pub json: bool,
+
+    /// The device's compute peak in TFLOP/s, for every op (the roofline rule; replaces the
+    /// peaks table's figures).
+    #[arg(long, value_name = "TFLOPS")]
+    pub peak_tflops: Option<f64>,
+
+    /// The device's memory bandwidth in TB/s (10¹² bytes per second).
+    #[arg(long, value_name = "TBPS")]
+    pub peak_bandwidth: Option<f64>,
 
     /// Worker threads reading traces (default: one per CPU).
     #[arg(short, long, value_name = "N")]
@@ -350,6 +400,7 @@ impl DoctorArgs {
             options: kinetrace_analysis::DoctorOptions {
                 jobs: self.jobs.unwrap_or(0),
                 read: self.read.options(),
+                peaks: peak_override(self.peak_tflops, self.peak_bandwidth)?,
             },
         })
     }
@@ -510,7 +561,7 @@ mod tests {
         let p = parse(&["kinetrace", "analyze", "d", "--only", "memory,temporal"]).unwrap();
         assert_eq!(p.analyses, vec![Analysis::Temporal, Analysis::Memory]);
         let p = parse(&["kinetrace", "analyze", "d"]).unwrap();
-        assert_eq!(p.analyses.len(), 7);
+        assert_eq!(p.analyses.len(), 9);
         assert_eq!(p.options.hta.kernel_wait_threshold_us, 30.0);
     }
 
@@ -522,6 +573,53 @@ mod tests {
         assert!(e.to_string().contains(".svg"), "{e}");
         assert!(parse(&["kinetrace", "analyze", "d", "--duration-ratio", "1.5"]).is_err());
         assert!(parse(&["kinetrace", "analyze", "d", "--jobs", "0"]).is_err());
+        for bad in ["0", "-1", "nan", "inf"] {
+            let flag = format!("--peak-tflops={bad}");
+            let e = parse(&["kinetrace", "analyze", "d", &flag]).unwrap_err();
+            assert!(
+                e.to_string().contains("--peak-tflops must be"),
+                "{bad}: {e}"
+            );
+            let flag = format!("--peak-bandwidth={bad}");
+            let e = parse(&["kinetrace", "analyze", "d", &flag]).unwrap_err();
+            assert!(
+                e.to_string().contains("--peak-bandwidth must be"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn peaks_reach_the_options() {
+        let p = parse(&[
+            "kinetrace",
+            "analyze",
+            "d",
+            "--peak-tflops",
+            "989.5",
+            "--peak-bandwidth",
+            "3.35",
+        ])
+        .unwrap();
+        assert_eq!(
+            p.options.peaks,
+            PeakOverride {
+                tflops: Some(989.5),
+                tb_per_s: Some(3.35)
+            }
+        );
+        let p = parse(&[
+            "kinetrace",
+            "analyze",
+            "d",
+            "--only",
+            "collectives,efficiency",
+        ])
+        .unwrap();
+        assert_eq!(
+            p.analyses,
+            vec![Analysis::Efficiency, Analysis::Collectives]
+        );
     }
 
     #[test]
@@ -574,7 +672,15 @@ mod tests {
             .render_long_help()
             .to_string();
         for name in [
-            "temporal", "overlap", "idle", "kernels", "ops", "steps", "memory",
+            "temporal",
+            "overlap",
+            "idle",
+            "kernels",
+            "ops",
+            "efficiency",
+            "collectives",
+            "steps",
+            "memory",
         ] {
             let lines = help
                 .lines()

@@ -51,6 +51,17 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
     let out = crate::output::dir(dir, "CSV")?;
     let mut files = Vec::new();
     for a in analyses {
+        let tables = match a {
+            Analysis::Efficiency => crate::efficiency_view::efficiency_csv(&report.efficiency),
+            Analysis::Collectives => crate::efficiency_view::collectives_csv(&report.collectives),
+            _ => Vec::new(),
+        };
+        for (name, text) in tables {
+            files.push(Csv {
+                name: name.to_string(),
+                text,
+            });
+        }
         match a {
             Analysis::Temporal => {
                 let mut c = Csv::new(
@@ -239,6 +250,7 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                 }
                 files.push(c);
             }
+            Analysis::Efficiency | Analysis::Collectives => {}
             Analysis::Memory => {
                 let mut c = Csv::new(
                     "memory.csv",

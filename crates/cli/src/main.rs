@@ -9,6 +9,7 @@ mod csv;
 mod diff;
 mod diff_csv;
 mod doctor;
+mod efficiency_view;
 mod output;
 mod record;
 mod shim;

@@ -77,8 +77,8 @@ fn a_cpu_only_trace_gets_one_line_for_the_gpu_sections() {
         .collect();
     assert_eq!(
         said,
-        ["GPU sections (temporal, overlap, idle, kernels): no GPU rows in any trace (a CPU-only \
-          job), nothing to show"],
+        ["GPU sections (temporal, overlap, idle, kernels, collectives): no GPU rows in any trace \
+          (a CPU-only job), nothing to show"],
         "{stdout}"
     );
     assert!(!stdout.contains("GPU time per rank"), "{stdout}");
@@ -297,7 +297,7 @@ fn doctor_without_findings_and_with_nothing_readable() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(
-        stdout.contains("no findings: none of the 16 rules fired"),
+        stdout.contains("no findings: none of the 17 rules fired"),
         "{stdout}"
     );
     // As numbered (#1..#3), the window holds the process's first steps: one info finding.

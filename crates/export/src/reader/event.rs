@@ -117,6 +117,7 @@ impl<'de> Visitor<'de> for EventSeed<'_> {
             mem_bytes: args.mem_bytes,
             mem_device: args.mem_device,
             flow_id,
+            op_args: finish(&mut args.kept, self.strings),
         })
     }
 }
@@ -368,6 +369,8 @@ pub(super) struct ArgFields {
     pub(super) total_reserved: Option<i64>,
     pub(super) mem_bytes: Option<i64>,
     pub(super) mem_device: Option<i64>,
+    /// The kept args' members, as canonical text (`kept.rs`); the serde path only.
+    pub(super) kept: Vec<u8>,
 }
 
 #[derive(Clone, Copy)]
@@ -382,6 +385,8 @@ pub(super) enum ArgKey {
     TotalReserved,
     MemBytes,
     MemDevice,
+    /// A key of [`KEPT_ARGS`], by index.
+    Kept(u8),
     Other,
 }
 
@@ -412,7 +417,7 @@ impl Visitor<'_> for ArgKeySeed {
             "Total Reserved" => ArgKey::TotalReserved,
             "Bytes" => ArgKey::MemBytes,
             "Device Id" => ArgKey::MemDevice,
-            _ => ArgKey::Other,
+            _ => kept_index(v.as_bytes()).map_or(ArgKey::Other, ArgKey::Kept),
         })
     }
 }
@@ -447,6 +452,11 @@ impl<'de> Visitor<'de> for ArgsSeed<'_> {
                 ArgKey::TotalReserved => &mut a.total_reserved,
                 ArgKey::MemBytes => &mut a.mem_bytes,
                 ArgKey::MemDevice => &mut a.mem_device,
+                ArgKey::Kept(i) => {
+                    open_member(&mut a.kept, i);
+                    map.next_value_seed(CanonSeed(&mut a.kept))?;
+                    continue;
+                }
                 ArgKey::Other => {
                     map.next_value::<IgnoredAny>()?;
                     continue;

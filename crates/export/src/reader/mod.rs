@@ -216,6 +216,14 @@ pub struct TraceEvent {
     pub mem_device: Option<i64>,
     /// `id` of flow events.
     pub flow_id: Option<i64>,
+    /// The args that say what an op computed, as one compact JSON object (members in file order),
+    /// interned: an op's `Input Dims`, `Input type`, `Input Strides` and `Concrete Inputs`, and a
+    /// collective's `Collective name`, `In msg nelems`, `Out msg nelems`, `In split size`,
+    /// `Out split size`, `Group size`, `dtype`, `Process Group Name`, `Process Group
+    /// Description`, `Process Group Ranks`, `Process Group ID`, `Global rank start` and `Global
+    /// rank stride`. `None` when the event has none of them. Calls with equal inputs share one
+    /// string. Whitespace is dropped; strings and numbers are written as serde_json writes them.
+    pub op_args: Option<StrId>,
 }
 
 impl TraceEvent {
@@ -253,7 +261,7 @@ pub struct Trace {
     pub world_size: Option<i64>,
     /// `baseTimeNanoseconds`, when present (then `ts` values are relative to it).
     pub base_time_ns: Option<i64>,
-    /// Interned strings for `cat` and `name`.
+    /// Interned strings: `cat`, `name` and [`TraceEvent::op_args`].
     pub strings: Vec<Box<str>>,
     /// Events in file order.
     pub events: Vec<TraceEvent>,
@@ -356,7 +364,7 @@ impl ReadOptions {
     pub fn read_trace(&self, path: &Path) -> Result<Trace, ReadError> {
         let file = open(path)?;
         let mut events = Vec::new();
-        let mut trace = self.pipelined(path, file, Decoded(keep_into(&mut events)))?;
+        let mut trace = self.pipelined(path, file, Decoded(keep_into(&mut events), Vec::new()))?;
         trace.events = events;
         Ok(trace)
     }
@@ -368,7 +376,7 @@ impl ReadOptions {
         reader: R,
     ) -> Result<Trace, ReadError> {
         let mut events = Vec::new();
-        let mut trace = self.inline(path, reader, Decoded(keep_into(&mut events)))?;
+        let mut trace = self.inline(path, reader, Decoded(keep_into(&mut events), Vec::new()))?;
         trace.events = events;
         Ok(trace)
     }
@@ -393,10 +401,13 @@ impl ReadOptions {
         R: Read,
         F: FnMut(TraceEvent, &[Box<str>]),
     {
-        let events = Decoded(move |event, strings: &[Box<str>]| {
-            on_event(event, strings);
-            Ok(())
-        });
+        let events = Decoded(
+            move |event, strings: &[Box<str>]| {
+                on_event(event, strings);
+                Ok(())
+            },
+            Vec::new(),
+        );
         self.inline(path, reader, events)
     }
 
@@ -411,10 +422,13 @@ impl ReadOptions {
         R: Read + Send,
         F: FnMut(TraceEvent, &[Box<str>]),
     {
-        let events = Decoded(move |event, strings: &[Box<str>]| {
-            on_event(event, strings);
-            Ok(())
-        });
+        let events = Decoded(
+            move |event, strings: &[Box<str>]| {
+                on_event(event, strings);
+                Ok(())
+            },
+            Vec::new(),
+        );
         self.pipelined(path, reader, events)
     }
 
@@ -625,12 +639,14 @@ fn open(path: &Path) -> Result<File, ReadError> {
 mod event;
 mod fast;
 mod input;
+mod kept;
 mod parse;
 mod rank;
 
 use event::*;
 use fast::*;
 use input::*;
+use kept::*;
 use parse::*;
 pub use rank::{rank_like_hta, rank_like_hta_from_reader};
 

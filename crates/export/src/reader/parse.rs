@@ -118,7 +118,8 @@ impl Interner {
     /// Interns the text of `bytes`; `None` when they are not UTF-8 or hold a control character
     /// (which a JSON string cannot), or could not be kept (then the serde path, which interns it
     /// again, reports it). Strings already interned were checked, so only a new one is.
-    #[inline]
+    // Always inlined: every `cat` and `name` comes through here (the kept args rarely do).
+    #[inline(always)]
     pub(super) fn intern_bytes(&mut self, bytes: &[u8]) -> Option<StrId> {
         let slot = quick_hash(bytes) & (RECENT - 1);
         if let Some(&id) = self.recent.get(slot) {
@@ -186,8 +187,10 @@ pub(super) trait Events {
 }
 
 /// Each event decoded into a [`TraceEvent`] and handed to the callback with the strings so far;
-/// the callback answers `Err` when it cannot keep the event (out of memory).
-pub(super) struct Decoded<F>(pub(super) F);
+/// the callback answers `Err` when it cannot keep the event (out of memory). The `Vec` is the fast
+/// path's buffer for an event's kept args (`kept.rs`), reused so that nothing is allocated per
+/// event.
+pub(super) struct Decoded<F>(pub(super) F, pub(super) Vec<u8>);
 
 impl<F> Events for Decoded<F>
 where
@@ -196,7 +199,7 @@ where
     #[inline(always)]
     fn next<R: Read>(&mut self, input: &mut Input<R>, strings: &mut Interner) -> Result<(), Fail> {
         let at = input.offset();
-        let event = decode_event(input, strings)?;
+        let event = decode_event(input, strings, &mut self.1)?;
         (self.0)(event, &strings.strings).map_err(|NoRoom { bytes, what }| Fail::NoMemory {
             at,
             bytes,
@@ -226,9 +229,13 @@ where
 
 /// The event at `buf[pos]`: the fast path when it can, else serde_json on the slice.
 #[inline(always)]
-fn decode_event<R: Read>(input: &mut Input<R>, strings: &mut Interner) -> Result<TraceEvent, Fail> {
+fn decode_event<R: Read>(
+    input: &mut Input<R>,
+    strings: &mut Interner,
+    kept: &mut Vec<u8>,
+) -> Result<TraceEvent, Fail> {
     loop {
-        match parse_event(&input.buf[input.pos..input.end], strings) {
+        match parse_event(&input.buf[input.pos..input.end], strings, kept) {
             Fast::Done(event, len) => {
                 input.check_len(len)?;
                 input.pos += len;

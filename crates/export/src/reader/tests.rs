@@ -72,7 +72,7 @@ fn check_fast(bytes: &[u8]) -> bool {
     // into a value): then the event ends there, as it does for serde_json reading the array, and
     // what follows is the array's to reject.
     let mut end = bytes.len();
-    let took = match parse_event(bytes, &mut strings) {
+    let took = match parse_event(bytes, &mut strings, &mut Vec::new()) {
         Fast::Done(event, len) => {
             let text = String::from_utf8_lossy(bytes);
             assert!(
@@ -100,7 +100,7 @@ fn check_fast(bytes: &[u8]) -> bool {
     };
     for cut in 0..end {
         let mut strings = Interner::default();
-        if let Fast::Done(..) = parse_event(&bytes[..cut], &mut strings) {
+        if let Fast::Done(..) = parse_event(&bytes[..cut], &mut strings, &mut Vec::new()) {
             panic!(
                 "fast path took a prefix ({cut} bytes) of {}",
                 String::from_utf8_lossy(bytes)
@@ -138,6 +138,76 @@ fn fast_path_takes_kineto_events_and_matches_serde() {
     for e in events {
         assert!(check_fast(e.as_bytes()), "the fast path fell back on {e}");
     }
+}
+
+#[test]
+fn op_args_are_one_canonical_string_on_both_paths() {
+    // Kineto's layout (spaces after commas, members on their own lines) becomes compact text with
+    // the kept members in file order; `Seq`, addresses and the rest are left out.
+    let text = "{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"aten::addmm\", \"ts\": 1, \"dur\": 2,\n  \"args\": {\n    \"External id\": 13, \"Concrete Inputs\": [\"\", \"\", \"\", \"1\", \"1\"],\n    \"Input type\": [\"float\", \"float\", \"float\", \"Scalar\", \"Scalar\"],\n    \"Input Strides\": [[1], [128, 1], [1, 128], [], []], \"Input Dims\": [[128], [5, 128], [128, 128], [], []], \"Seq\": 7, \"Ev Idx\": 46}}";
+    assert!(check_fast(text.as_bytes()));
+    let mut strings = Interner::default();
+    let Fast::Done(event, _) = parse_event(text.as_bytes(), &mut strings, &mut Vec::new()) else {
+        panic!("fast path did not take a torch op")
+    };
+    let id = event.op_args.expect("kept args");
+    assert_eq!(
+        &*strings.strings[id.0 as usize],
+        r#"{"Concrete Inputs":["","","","1","1"],"Input type":["float","float","float","Scalar","Scalar"],"Input Strides":[[1],[128,1],[1,128],[],[]],"Input Dims":[[128],[5,128],[128,128],[],[]]}"#
+    );
+    // The same inputs written differently are the same string; an event without them has none.
+    let again = text.replace(", ", ",").replace("\n    ", "");
+    let Fast::Done(other, _) = parse_event(again.as_bytes(), &mut strings, &mut Vec::new()) else {
+        panic!("fast path did not take the compact form")
+    };
+    assert_eq!(other.op_args, Some(id));
+    let Fast::Done(plain, _) = parse_event(
+        br#"{"ph":"X","name":"k","ts":1,"args":{"stream":7}}"#,
+        &mut strings,
+        &mut Vec::new(),
+    ) else {
+        panic!("fast path did not take a kernel")
+    };
+    assert_eq!(plain.op_args, None);
+    // The buffer is reused: what an event that fell back left in it is not the next one's.
+    let mut kept = Vec::new();
+    let falls_back =
+        br#"{"ph":"X","name":"c","ts":1,"args":{"Input Dims":[[1]],"dtype":"Fl\u006fat"}}"#;
+    assert!(matches!(
+        parse_event(falls_back, &mut strings, &mut kept),
+        Fast::Fallback
+    ));
+    assert!(!kept.is_empty());
+    let next = br#"{"ph":"X","name":"c","ts":1,"args":{"Input Dims":[[2]]}}"#;
+    let Fast::Done(ev, _) = parse_event(next, &mut strings, &mut kept) else {
+        panic!("fast path did not take {next:?}")
+    };
+    assert_eq!(
+        &*strings.strings[ev.op_args.unwrap().0 as usize],
+        r#"{"Input Dims":[[2]]}"#
+    );
+    // Where the fast path cannot write the text serde_json would (escapes, nesting), it falls
+    // back; serde_json's canonical text is then the one kept.
+    for e in [
+        r#"{"ph":"X","name":"c","ts":1,"args":{"dtype":"Fl\u006fat","Group size":2}}"#,
+        r#"{"ph":"X","name":"c","ts":1,"args":{"Concrete Inputs":["a\"b"]}}"#,
+    ] {
+        assert!(!check_fast(e.as_bytes()), "{e}");
+    }
+    let (debug, strings) = serde_event(
+        br#"{"ph":"X","name":"c","ts":1,"args":{"dtype":"Fl\u006fat","Group size":2.50,"In split size":{"a":[1e2, -0, null, true]}}}"#,
+    )
+    .unwrap();
+    assert!(debug.contains("op_args: Some"), "{debug}");
+    assert!(
+        strings.iter().any(|s| &**s
+            == r#"{"dtype":"Float","Group size":2.5,"In split size":{"a":[100.0,-0.0,null,true]}}"#),
+        "{strings:?}"
+    );
+    // Nested values, floats and negative numbers match on both paths.
+    assert!(check_fast(
+        br#"{"ph":"X","name":"c","ts":1,"args":{"Process Group Ranks":[0, 1],"Input Dims":[[-1, 2.5e3], {"k": [1.0]}], "In msg nelems": 18446744073709551615}}"#
+    ));
 }
 
 #[test]
@@ -252,6 +322,9 @@ fn arg_member() -> impl Strategy<Value = String> {
         Just("Device Id"),
         Just("grid"),
         Just("Call stack"),
+        Just("Input Dims"),
+        Just("Concrete Inputs"),
+        Just("dtype"),
     ];
     (key, prop_oneof![4 => json_scalar(), 1 => json_value()])
         .prop_map(|(k, v)| format!("\"{k}\": {v}"))
