@@ -42,6 +42,7 @@ requests), `cleanup.rs` (what killed processes left), `log.rs` (the log channel 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod args;
 mod cleanup;
 pub mod config;
 pub mod control;
@@ -56,8 +57,8 @@ pub use kinetrace::rocm_tool;
 pub use log::{log, panicked, StderrWriter};
 pub use process::{
     after_fork_child, at_exit, cuda_initializing, foreign_cupti_client, is_running, nvtx_attach,
-    nvtx_pop, nvtx_push, nvtx_range, range_pop, range_push, set_library_path, set_peer_uid,
-    set_stderr_writer, signal_received, step, torch_state, Install, EXIT_BUDGET,
+    nvtx_pop, nvtx_push, nvtx_range, range_pop, range_push, set_distributed_info, set_library_path,
+    set_peer_uid, set_stderr_writer, signal_received, step, torch_state, Install, EXIT_BUDGET,
 };
 pub use serve::SubmitError;
 pub use start::{loaded_cupti_paths, no_cuda_message, StartError};

@@ -100,7 +100,8 @@ pub(crate) fn start(with_cuda: bool) -> Result<Option<Running>, StartError> {
         .max_gpu_buffer_mb(config.max_gpu_buffer_mb)
         .dynolog(config.dynolog)
         .dynolog_interval(config.dynolog_interval)
-        .ring_memory_cap((config.max_cpu_buffer_mb as usize) << 20);
+        .ring_memory_cap((config.max_cpu_buffer_mb as usize) << 20)
+        .framework(config.torch.framework());
     if let Some(w) = distributed.world_size {
         builder = builder.world_size(w);
     }

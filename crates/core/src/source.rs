@@ -158,6 +158,12 @@ pub struct WindowInfo {
     pub pid: u32,
     /// Host name.
     pub host_name: String,
+    /// What the framework recorders have on in this window (written in the head as torch.profiler
+    /// writes its switches).
+    pub framework: crate::framework::FrameworkOptions,
+    /// What the job said of its distributed setup, if it did (then the head's `distributedInfo`
+    /// is this, not `rank` and `world_size`).
+    pub distributed: Option<std::sync::Arc<crate::framework::DistributedInfo>>,
 }
 
 /// Opens one [`Sink`] per window.

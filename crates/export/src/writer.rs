@@ -63,6 +63,7 @@ pub fn window_of(meta: &TraceMeta) -> WindowInfo {
         world_size: meta.world_size,
         pid: meta.pid,
         host_name: meta.host_name.clone(),
+        ..Default::default()
     }
 }
 

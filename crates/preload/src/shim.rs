@@ -247,6 +247,21 @@ pub unsafe extern "C" fn kinetrace_log(message: *const c_char) {
     let _ = catch_unwind(|| agent::log(&text));
 }
 
+/// What the Python side says of `torch.distributed` (a JSON object, as torch.profiler writes
+/// `distributedInfo`): traces of windows that open from now on write it.
+///
+/// # Safety
+/// `json` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn kinetrace_set_distributed_info(json: *const c_char) {
+    if json.is_null() {
+        return;
+    }
+    // SAFETY: per the contract, a NUL-terminated string.
+    let text = String::from_utf8_lossy(unsafe { CStr::from_ptr(json) }.to_bytes());
+    let _ = catch_unwind(|| agent::set_distributed_info(&text));
+}
+
 type RegisterCallbacks = unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32;
 
 /// CUPTI_ERROR_NOT_INITIALIZED, answered if the real function cannot be found.
