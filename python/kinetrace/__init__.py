@@ -17,7 +17,7 @@ unmodified PyTorch scripts need no call at all.
 import ctypes
 import os
 
-from kinetrace import _torch
+from kinetrace import _dist, _torch
 
 __all__ = ["step", "is_active"]
 
@@ -53,6 +53,8 @@ def step():
     """Mark a step boundary (the end of one training iteration)."""
     lib = _shim()
     if lib:
+        # Before the boundary: a window opening there writes the job's distributedInfo.
+        _dist.note(lib, lambda m: _torch._log(lib, m))
         lib.kinetrace_step()
         _torch.sync(lib)
 

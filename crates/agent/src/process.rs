@@ -315,14 +315,18 @@ pub fn torch_state() -> u32 {
 /// What the job says of its distributed setup, as the JSON object torch.profiler writes as
 /// `distributedInfo` (the Python side builds it from `torch.distributed` when that is initialised
 /// or its groups change): the traces of windows that open from now on write it. A malformed one
-/// is said once in the log and changes nothing.
-pub fn set_distributed_info(json: &str) {
+/// is said once in the log and changes nothing. Whether it was taken: `None` when this process
+/// is not profiling (yet), `Some(false)` when malformed.
+pub fn set_distributed_info(json: &str) -> Option<bool> {
     if PROCESS.phase.get() != Phase::Running {
-        return;
+        return None;
     }
-    let Some(r) = running() else { return };
+    let r = running()?;
     match kinetrace::export::parse_distributed_info(json) {
-        Ok(info) => r.profiler.set_distributed_info(Some(info)),
+        Ok(info) => {
+            r.profiler.set_distributed_info(Some(info));
+            Some(true)
+        }
         Err(e) => {
             static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
             if !SAID.swap(true, Ordering::Relaxed) {
@@ -331,6 +335,7 @@ pub fn set_distributed_info(json: &str) {
                      the environment): {e}"
                 ));
             }
+            Some(false)
         }
     }
 }

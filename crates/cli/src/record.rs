@@ -18,6 +18,7 @@ use crate::signals::Forwarder;
 const PY_INIT: &str = include_str!("../../../python/kinetrace/__init__.py");
 const PY_SITE: &str = include_str!("../../../python/sitecustomize.py");
 const PY_TORCH: &str = include_str!("../../../python/kinetrace/_torch.py");
+const PY_DIST: &str = include_str!("../../../python/kinetrace/_dist.py");
 const PY_EXT: &str = include_str!("../../../python/kinetrace/_ext.py");
 const PY_EXT_SOURCE: &str = include_str!("../../../python/kinetrace/_ops_ext.cpp");
 
@@ -504,6 +505,7 @@ fn python_dir() -> Result<tempfile::TempDir> {
     for (name, text) in [
         ("kinetrace/__init__.py", PY_INIT),
         ("kinetrace/_torch.py", PY_TORCH),
+        ("kinetrace/_dist.py", PY_DIST),
         ("kinetrace/_ext.py", PY_EXT),
         ("kinetrace/_ops_ext.cpp", PY_EXT_SOURCE),
         ("sitecustomize.py", PY_SITE),
