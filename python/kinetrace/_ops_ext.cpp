@@ -28,6 +28,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/profiler/util.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -103,90 +104,106 @@ Kind kind_of(const c10::IValue& v) {
   return kOther;
 }
 
-// The key: every input's kind and what decides its strings, as 64-bit words. False when an input
-// cannot be keyed (a symbolic scalar): that op's text is formatted every time.
-bool scalar_key(const c10::IValue& v, std::vector<int64_t>& key) {
+// The key: every input's kind and what decides its strings, as 64-bit words written into a
+// fixed per-thread buffer and hashed on the way. Writing fails (the op's text is then formatted
+// every time) for an input that cannot be keyed (a symbolic scalar) or a key past the buffer.
+struct Key {
+  static constexpr size_t kWords = 1024;
+  std::array<int64_t, kWords> words;
+  size_t n = 0;
+  uint64_t hash = 0;
+  bool ok = true;
+
+  void reset() {
+    n = 0;
+    hash = 0x9e3779b97f4a7c15ull;
+    ok = true;
+  }
+
+  void put(int64_t w) {
+    if (n == kWords) {
+      ok = false;
+      return;
+    }
+    words[n++] = w;
+    hash = (hash ^ static_cast<uint64_t>(w)) * 0xbf58476d1ce4e5b9ull;
+    hash ^= hash >> 31;
+  }
+
+  void put_all(c10::IntArrayRef ws) {
+    for (int64_t w : ws) put(w);
+  }
+
+  bool same(const std::vector<int64_t>& other) const {
+    return other.size() == n && std::equal(other.begin(), other.end(), words.begin());
+  }
+};
+
+void scalar_key(const c10::IValue& v, Key& key) {
   if (v.isInt()) {
-    key.push_back(1);
-    key.push_back(v.toInt());
+    key.put(1);
+    key.put(v.toInt());
   } else if (v.isDouble()) {
     double d = v.toDouble();
     int64_t bits;
     std::memcpy(&bits, &d, sizeof bits);
-    key.push_back(2);
-    key.push_back(bits);
+    key.put(2);
+    key.put(bits);
   } else if (v.isBool()) {
-    key.push_back(3);
-    key.push_back(v.toBool());
+    key.put(3);
+    key.put(v.toBool());
   } else {
-    return false;
+    key.ok = false;
   }
-  return true;
 }
 
-void tensor_key(const at::Tensor& t, std::vector<int64_t>& key) {
+void tensor_key(const at::Tensor& t, Key& key) {
   if (!plain_tensor(t)) {
-    key.push_back(kUndefined);
+    key.put(kUndefined);
     return;
   }
-  key.push_back(kTensor);
-  key.push_back(static_cast<int64_t>(t.scalar_type()));
   bool strided = t.layout() == at::kStrided;
-  key.push_back(strided);
   auto sizes = t.sizes();
-  key.push_back(static_cast<int64_t>(sizes.size()));
-  key.insert(key.end(), sizes.begin(), sizes.end());
-  if (strided) {
-    auto strides = t.strides();
-    key.insert(key.end(), strides.begin(), strides.end());
-  }
+  key.put(kTensor);
+  key.put(static_cast<int64_t>(t.scalar_type()) << 32 | strided << 16 | sizes.size());
+  key.put_all(sizes);
+  if (strided) key.put_all(t.strides());
 }
 
-bool make_key(c10::ArrayRef<const c10::IValue> inputs, std::vector<int64_t>& key) {
-  key.clear();
-  key.push_back(static_cast<int64_t>(inputs.size()));
+// False when the op cannot be keyed (see Key).
+bool make_key(c10::ArrayRef<const c10::IValue> inputs, Key& key) {
+  key.reset();
+  key.put(static_cast<int64_t>(inputs.size()));
   for (const c10::IValue& v : inputs) {
-    Kind k = kind_of(v);
-    switch (k) {
+    switch (kind_of(v)) {
       case kTensor:
       case kUndefined:
         tensor_key(v.toTensor(), key);
         break;
       case kScalar:
-        key.push_back(kScalar);
-        if (!scalar_key(v, key)) return false;
+        key.put(kScalar);
+        scalar_key(v, key);
         break;
       case kTensorList: {
         auto list = v.toListRef();
-        key.push_back(kTensorList);
-        key.push_back(static_cast<int64_t>(list.size()));
+        key.put(kTensorList);
+        key.put(static_cast<int64_t>(list.size()));
         for (const c10::IValue& t : list) tensor_key(t.toTensor(), key);
         break;
       }
       case kScalarList: {
         auto list = v.toListRef();
-        key.push_back(kScalarList);
-        key.push_back(static_cast<int64_t>(list.size()));
-        for (const c10::IValue& s : list) {
-          if (!scalar_key(s, key)) return false;
-        }
+        key.put(kScalarList);
+        key.put(static_cast<int64_t>(list.size()));
+        for (const c10::IValue& e : list) scalar_key(e, key);
         break;
       }
       default:
-        key.push_back(kOther);
+        key.put(kOther);
     }
+    if (!key.ok) return false;
   }
   return true;
-}
-
-uint64_t hash_words(const std::vector<int64_t>& words) {
-  uint64_t h = 0x9e3779b97f4a7c15ull ^ words.size();
-  for (int64_t w : words) {
-    h ^= static_cast<uint64_t>(w);
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 31;
-  }
-  return h;
 }
 
 std::vector<int64_t> sizes_of(const at::Tensor& t) { return t.sizes().vec(); }
@@ -276,7 +293,7 @@ struct Slot {
 
 struct ShapeCache {
   std::array<Slot, 1024> slots;
-  std::vector<int64_t> key;
+  Key key;
   std::string text;
 };
 
@@ -291,15 +308,16 @@ uint32_t shape_args(const at::RecordFunction& fn) {
     format_shapes(inputs, c.text);
     return intern(c.text);
   }
-  uint64_t h = hash_words(c.key);
+  uint64_t h = c.key.hash;
   Slot& s = c.slots[h & (c.slots.size() - 1)];
-  if (s.generation == generation && s.hash == h && s.key == c.key) return s.id;
+  if (s.generation == generation && s.hash == h && c.key.same(s.key)) return s.id;
   c.text.clear();
   format_shapes(inputs, c.text);
   s.id = intern(c.text);
   s.hash = h;
   s.generation = generation;
-  s.key = c.key;  // reuses the slot's buffer once it has grown
+  // Reuses the slot's buffer once it has grown.
+  s.key.assign(c.key.words.begin(), c.key.words.begin() + c.key.n);
   return s.id;
 }
 
