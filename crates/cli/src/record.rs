@@ -95,7 +95,8 @@ pub struct RecordArgs {
     /// NVTX ranges whose message matches this glob (`*`, `?`) mark steps, e.g. 'train_step*'.
     #[arg(long, value_name = "GLOB")]
     pub step_nvtx: Option<String>,
-    /// PyTorch jobs: also record each op's input shapes (Input Dims), as record_shapes=True does.
+    /// PyTorch jobs: also record each op's inputs as record_shapes=True does (Input Dims, Input
+    /// type, Input Strides, Concrete Inputs), and c10d collectives' args on every backend.
     #[arg(long)]
     pub record_shapes: bool,
     /// PyTorch jobs: record no ATen ops or module ranges (GPU activity and steps only).

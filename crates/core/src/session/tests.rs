@@ -870,3 +870,40 @@ fn a_requests_framework_options_hold_for_its_window_only() {
         .expect("the job's distributed info");
     assert_eq!((info.rank, info.backend.as_deref()), (1, Some("gloo")));
 }
+
+/// Ops whose args the full table refused are counted in the trace's `dropped_events.op_args`.
+#[test]
+fn args_the_full_table_refused_are_counted_in_the_trace() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let dropped: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
+    struct Meta(Arc<Mutex<Vec<(String, u64)>>>);
+    impl Sink for Meta {
+        fn record(&mut self, _: &Activity) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn finish(self: Box<Self>, meta: &TraceMeta) -> std::io::Result<TraceOutput> {
+            *self.0.lock().unwrap() = meta.dropped.clone();
+            Ok(TraceOutput {
+                path: None,
+                events: 0,
+                cycle: meta.cycle,
+            })
+        }
+    }
+    let d2 = dropped.clone();
+    let sinks = Box::new(move |_cycle: u32| -> std::io::Result<Box<dyn Sink>> {
+        Ok(Box::new(Meta(d2.clone())))
+    });
+    let config = SessionConfig {
+        log: Arc::new(|_| {}),
+        ..SessionConfig::default()
+    };
+    let session = Session::start(config, Vec::new(), sinks, None).expect("tests take turns");
+    let huge = "x".repeat(crate::op_args::MAX_ARGS_BYTES + 1);
+    assert_eq!(crate::op_args::intern(&huge), None);
+    session.stop();
+    let dropped = dropped.lock().unwrap();
+    let n = dropped.iter().find(|(k, _)| k == "op_args").map(|(_, n)| *n);
+    // Other tests may refuse texts at the same time: at least this one.
+    assert!(n.is_some_and(|n| n >= 1), "{dropped:?}");
+}
