@@ -126,9 +126,12 @@ struct Key {
       return;
     }
     words[n++] = w;
+    // One multiply per word: a weak hash is enough, the slot's key is compared whole.
     hash = (hash ^ static_cast<uint64_t>(w)) * 0xbf58476d1ce4e5b9ull;
-    hash ^= hash >> 31;
   }
+
+  // The slot index: the high bits, where the multiplies mixed every word in.
+  size_t slot(size_t slots) const { return (hash ^ (hash >> 29) ^ (hash >> 47)) & (slots - 1); }
 
   void put_all(c10::IntArrayRef ws) {
     for (int64_t w : ws) put(w);
@@ -309,7 +312,7 @@ uint32_t shape_args(const at::RecordFunction& fn) {
     return intern(c.text);
   }
   uint64_t h = c.key.hash;
-  Slot& s = c.slots[h & (c.slots.size() - 1)];
+  Slot& s = c.slots[c.key.slot(c.slots.size())];
   if (s.generation == generation && s.hash == h && c.key.same(s.key)) return s.id;
   c.text.clear();
   format_shapes(inputs, c.text);
