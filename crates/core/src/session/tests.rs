@@ -710,8 +710,9 @@ fn evaluate_function_spans_take_their_backward_functions_sequence_number() {
     use crate::activity::{AutogradRole, OpArgs};
     use crate::clock::Ticks;
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-    let out: Arc<Mutex<Vec<(String, Option<u64>)>>> = Arc::default();
-    struct SeqSink(Arc<Mutex<Vec<(String, Option<u64>)>>>);
+    type Seen = Arc<Mutex<Vec<(String, Option<u64>)>>>;
+    let out: Seen = Arc::default();
+    struct SeqSink(Seen);
     impl Sink for SeqSink {
         fn record(&mut self, a: &Activity) -> std::io::Result<()> {
             if let Detail::CpuOp(s) = &a.detail {
@@ -903,7 +904,10 @@ fn args_the_full_table_refused_are_counted_in_the_trace() {
     assert_eq!(crate::op_args::intern(&huge), None);
     session.stop();
     let dropped = dropped.lock().unwrap();
-    let n = dropped.iter().find(|(k, _)| k == "op_args").map(|(_, n)| *n);
+    let n = dropped
+        .iter()
+        .find(|(k, _)| k == "op_args")
+        .map(|(_, n)| *n);
     // Other tests may refuse texts at the same time: at least this one.
     assert!(n.is_some_and(|n| n >= 1), "{dropped:?}");
 }
