@@ -153,7 +153,12 @@ fn a_duration_request_is_captured_into_the_requested_file() {
                 "{not_applied}"
             );
             // The request's input shapes were applied to its capture (the profiler's own: off).
-            assert_eq!(trace.json["record_shapes"], 1, "the head of {}", path.display());
+            assert_eq!(
+                trace.json["record_shapes"],
+                1,
+                "the head of {}",
+                path.display()
+            );
             let polls = daemon.polls();
             let first = &polls[0];
             assert_eq!((first.kind, first.job_id), (2, 0), "{polls:?}");

@@ -37,6 +37,7 @@ off for good.
 Files: `process.rs` (the process state and the entry points), `state.rs` (phases and the pure
 transition function), `start.rs` (configuration → profiler), `serve.rs` (the control thread and
 requests), `cleanup.rs` (what killed processes left), `log.rs` (the log channel and panics),
+`ops.rs` (PyTorch's ops as spans), `args.rs` (the check of ops' args texts),
 `config/` (the key table and parser), `control/` (protocol, server, client, path confinement).
 */
 #![deny(missing_docs)]
