@@ -17,7 +17,10 @@
 #   scripts/gpu-check.sh run [DIR]   there, on an NVIDIA machine with CUDA and PyTorch (no cargo):
 #                                    runs the staged workload, checks its trace, runs the same work
 #                                    and a training loop under torch.profiler (and under
-#                                    `kinetrace record` when the staged CLI has it), prints one summary
+#                                    `kinetrace record` when the staged CLI has it; then a one-rank
+#                                    NCCL job with DDP under `record --record-shapes`: torch's
+#                                    record_param_comms args, NCCL kernels labelled with them,
+#                                    distributedInfo with the NCCL version), prints one summary
 #                                    table; output and logs in DIR (default ./gpu-check-out-TIME).
 #                                    With the staged CLI it also runs a bf16 matmul of known size
 #                                    (8192³) under torch.profiler through `kinetrace analyze --only
@@ -43,7 +46,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 MAX_STAGE_BYTES=$((64 * 1024 * 1024))
 
 usage() {
-    sed -n '2,35p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,40p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 die() {
@@ -119,7 +122,8 @@ cmd_build() {
         gzip -6 -f "$tmp_bin"
         echo "gpu-check: staged the candle example (cuda, gzipped: $(du -h "$tmp_bin.gz" | cut -f1))"
     fi
-    install -m 644 "$root/gpu/check/gpu_check.py" "$root/gpu/check/efficiency_check.py" "$stage/check/"
+    install -m 644 "$root/gpu/check/gpu_check.py" "$root/gpu/check/efficiency_check.py" \
+        "$root/gpu/check/nccl_check.py" "$stage/check/"
     install -m 644 "$root/gpu/kernels/kernels.cu" "$root/gpu/kernels/kernels.ptx" "$stage/kernels/"
     install -m 755 "$root/scripts/gpu-check.sh" "$stage/gpu-check.sh"
     {

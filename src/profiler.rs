@@ -12,8 +12,8 @@ use kinetrace_core::session::{
     TraceReadyCallback, Trigger,
 };
 use kinetrace_core::{
-    ActivitySet, ActivitySource, Session, SessionError, Sink, SinkFactory, TraceMeta, TraceOutput,
-    WindowInfo,
+    ActivitySet, ActivitySource, DistributedInfo, FrameworkOptions, Session, SessionError, Sink,
+    SinkFactory, TraceMeta, TraceOutput, WindowInfo,
 };
 use kinetrace_export::TraceDir;
 
@@ -152,6 +152,20 @@ impl Profiler {
         self.session.step_aside(reason)
     }
 
+    /// What the framework recorders (the shim's PyTorch hooks) should have on now: the options
+    /// of the capture request in force, else the profiler's own
+    /// ([`ProfilerBuilder::framework`]).
+    pub fn framework_options(&self) -> FrameworkOptions {
+        self.session.framework_options()
+    }
+
+    /// What the job says of its distributed setup (`torch.distributed`'s backend, rank and
+    /// process groups): every trace whose window opens from now on writes it as its
+    /// `distributedInfo`, in place of the configured rank and world size.
+    pub fn set_distributed_info(&self, info: Option<DistributedInfo>) {
+        self.session.set_distributed_info(info)
+    }
+
     /// A snapshot: step, action, the capture pending or in progress, traces written.
     pub fn status(&self) -> SessionStatus {
         self.session.status()
@@ -204,6 +218,7 @@ pub struct ProfilerBuilder {
     rank: Option<u32>,
     world_size: Option<u32>,
     first_step: u64,
+    framework: FrameworkOptions,
     on_trace_ready: Option<TraceReadyCallback>,
     sources: Vec<Box<dyn ActivitySource>>,
     gpu: Gpu,
@@ -230,6 +245,7 @@ impl Default for ProfilerBuilder {
             rank: None,
             world_size: None,
             first_step: 0,
+            framework: FrameworkOptions::default(),
             on_trace_ready: None,
             sources: Vec::new(),
             gpu: Gpu::Default,
@@ -248,6 +264,14 @@ impl Default for ProfilerBuilder {
 }
 
 impl ProfilerBuilder {
+    /// What a framework's recorder turns on in every window (`record_shapes`, `with_stack`,
+    /// `profile_memory`, as torch.profiler names them): the trace head says so, and the shim's
+    /// PyTorch hooks read it ([`Profiler::framework_options`]). Default: all off.
+    pub fn framework(mut self, options: FrameworkOptions) -> Self {
+        self.framework = options;
+        self
+    }
+
     /// Which records to keep (default: Kineto's default set).
     pub fn activities(mut self, activities: ActivitySet) -> Self {
         self.activities = activities;
@@ -501,6 +525,7 @@ impl ProfilerBuilder {
             world_size,
             metadata: self.metadata,
             first_step: self.first_step,
+            framework: self.framework,
             ..SessionConfig::default()
         };
         config

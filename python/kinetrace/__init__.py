@@ -21,7 +21,7 @@ takes ``torch.profiler.profile``'s arguments and runs kinetrace in process, with
 import ctypes
 import os
 
-from kinetrace import _torch
+from kinetrace import _dist, _torch
 
 __all__ = ["step", "is_active", "profile", "schedule", "tensorboard_trace_handler",
            "ProfilerAction"]
@@ -69,6 +69,8 @@ def step():
     """Mark a step boundary (the end of one training iteration)."""
     lib = _shim()
     if lib:
+        # Before the boundary: a window opening there writes the job's distributedInfo.
+        _dist.note(lib, lambda m: _torch._log(lib, m))
         lib.kinetrace_step()
         _torch.sync(lib)
 

@@ -39,7 +39,7 @@ import time
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ops_ext.cpp")
 # The entry points' contract (kinetrace_ops_abi() in the source).
-ABI = 1
+ABI = 2
 # The compiler flags besides the paths. -DNDEBUG as torch itself is built: RecordFunction has a
 # member only in debug builds, so without it this code would read the release library's objects
 # with the wrong layout. Part of the cache key.
@@ -460,6 +460,8 @@ def load(torch):
         lib.kinetrace_ops_enable.argtypes = [ctypes.c_int]
         lib.kinetrace_ops_disable.restype = ctypes.c_int
         lib.kinetrace_ops_disable.argtypes = [ctypes.c_uint64]
+        lib.kinetrace_ops_set_groups.restype = ctypes.c_int
+        lib.kinetrace_ops_set_groups.argtypes = [ctypes.c_char_p]
     except (OSError, AttributeError) as e:
         raise RuntimeError("cannot load %s (%s)" % (shown, e))
     finally:

@@ -131,7 +131,7 @@ fn a_duration_request_is_captured_into_the_requested_file() {
                 0,
                 &format!(
                     "\n    ACTIVITIES_LOG_FILE={dir}/run/trace.json\nPROFILE_START_TIME={}\n\
-                     ACTIVITIES_DURATION_MSECS=300\nPROFILE_REPORT_INPUT_SHAPES=false\n\
+                     ACTIVITIES_DURATION_MSECS=300\nPROFILE_REPORT_INPUT_SHAPES=true\n\
                      PROFILE_WITH_STACK=true\nPROFILE_WITH_FLOPS=false\nPROFILE_WITH_MODULES=false\n\
                      \x20   REQUEST_TRACE_ID=4f2a\n",
                     now_ms()
@@ -149,8 +149,15 @@ fn a_duration_request_is_captured_into_the_requested_file() {
             let not_applied = trace.meta("dynolog_not_applied").unwrap_or("");
             assert!(
                 not_applied.contains("PROFILE_WITH_STACK=true")
-                    && not_applied.contains("PROFILE_REPORT_INPUT_SHAPES=false"),
+                    && !not_applied.contains("PROFILE_REPORT_INPUT_SHAPES"),
                 "{not_applied}"
+            );
+            // The request's input shapes were applied to its capture (the profiler's own: off).
+            assert_eq!(
+                trace.json["record_shapes"],
+                1,
+                "the head of {}",
+                path.display()
             );
             let polls = daemon.polls();
             let first = &polls[0];

@@ -98,10 +98,15 @@ def _target_dir() -> Path:
 
 # The recorder's cache for the session (`built` sets it): every run's XDG_CACHE_HOME.
 EXT_CACHE = {}
+# What `build_once` built, for every test module of the session.
+_BUILT = {}
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def build_once(tmp_path_factory):
+    """Builds the shim, `kinetrace` and the compiled op recorder once per pytest session (other
+    real-torch test files share it through their own `built` fixtures)."""
+    if _BUILT:
+        return _BUILT
     subprocess.run(
         ["cargo", "build", "--quiet", "--release", "-p", "kinetrace-preload", "-p", "kinetrace-cli"],
         cwd=ROOT, check=True, timeout=1800,
@@ -117,8 +122,14 @@ def built(tmp_path_factory):
     print(f"op recorder build: {time.monotonic() - t:.1f} s, exit {ext.returncode}: "
           f"{ext.stderr.strip()}")
     # record finds the shim next to its executable, as in an install.
-    return {"kinetrace": release / "kinetrace", "shim": release / "libkinetrace.so",
-            "recorder": ext.returncode == 0, "recorder_error": ext.stderr.strip()}
+    _BUILT.update({"kinetrace": release / "kinetrace", "shim": release / "libkinetrace.so",
+                   "recorder": ext.returncode == 0, "recorder_error": ext.stderr.strip()})
+    return _BUILT
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    return build_once(tmp_path_factory)
 
 
 def _no_recorder(built):
@@ -272,11 +283,15 @@ print("trained")
 # Deliberate differences from torch.profiler's trace, listed here and in docs/record.md:
 # - `ProfilerStep#N` is kinetrace's own (it has one per step too); `nn.Module: …` ranges are
 #   user_annotation events (torch.profiler writes them as python_function with with_stack).
-# - A TensorList input's shapes are flattened by PyTorch's NVTX message (`aten::broadcast_tensors`:
-#   [[64, 1], [64, 1]] where torch.profiler writes [[[64, 1], [64, 1]]]).
-# - No `Input type`, `Input Strides`, `Concrete Inputs`, `Record function id`, `Ev Idx`, `Fwd thread
-#   id` args: the NVTX message carries only the name, sequence number and shapes.
+# - Through NVTX ranges (the fallback route) a TensorList input's shapes are flattened by
+#   PyTorch's NVTX message (`aten::broadcast_tensors`: [[64, 1], [64, 1]] where torch.profiler
+#   writes [[[64, 1], [64, 1]]]), and there is no `Input type`, `Input Strides` or `Concrete
+#   Inputs`: the message carries only the name, sequence number and shapes. The recorder writes
+#   all four as torch.profiler does.
+# - No `Record function id`, `Ev Idx`, `Fwd thread id` args.
 FLATTENED_LISTS = {"aten::broadcast_tensors"}
+# The args record_shapes adds, each compared op by op (the NVTX route: `Input Dims` only).
+SHAPE_ARGS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
 
 
 def _x_events(trace):
@@ -409,18 +424,27 @@ def test_pytorch_ops_under_record_read_like_torch_profiler(built, tmp_path, rout
     averages.pop("ProfilerStep*")
     assert _key_averages_counts(xs) == averages
 
-    # Input Dims as record_shapes writes them, op by op.
+    # What record_shapes writes, op by op: all four args through the recorder, TensorLists
+    # nested; Input Dims through NVTX, but for the lists its message flattens.
+    keys = SHAPE_ARGS if route == "recorder" else SHAPE_ARGS[:1]
+    skip = set() if route == "recorder" else FLATTENED_LISTS
+
     def dims(xs):
         out = {}
         for e in xs:
-            if e.get("cat") == "cpu_op" and e["name"] not in FLATTENED_LISTS:
-                key = (e["name"], json.dumps(e.get("args", {}).get("Input Dims")))
+            if e.get("cat") == "cpu_op" and e["name"] not in skip:
+                key = (e["name"],) + tuple(json.dumps(e.get("args", {}).get(k)) for k in keys)
                 out[key] = out.get(key, 0) + 1
         return out
 
     assert dims(xs) == dims(peer_xs)
     addmm = next(e for e in xs if e["name"] == "aten::addmm")
     assert addmm["args"]["Input Dims"] == [[32], [64, 16], [16, 32], [], []], addmm
+    if route == "recorder":
+        assert addmm["args"]["Concrete Inputs"] == ["", "", "", "1", "1"], addmm
+        broadcast = next(e for e in xs if e["name"] == "aten::broadcast_tensors")
+        assert broadcast["args"]["Input Dims"] == [[[64, 1], [64, 1]]], broadcast
+        assert broadcast["args"]["Input type"] == ["TensorList"], broadcast
 
     # Forward ops link to their backward functions as in torch.profiler's trace.
     flows = _fwdbwd(events, xs)

@@ -38,11 +38,13 @@ off for good.
 Files: `process.rs` (the process state and the entry points), `state.rs` (phases and the pure
 transition function), `start.rs` (configuration → profiler), `serve.rs` (the control thread and
 requests), `cleanup.rs` (what killed processes left), `log.rs` (the log channel and panics),
+`ops.rs` (PyTorch's ops as spans), `args.rs` (the check of ops' args texts),
 `config/` (the key table and parser), `control/` (protocol, server, client, path confinement).
 */
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod args;
 mod cleanup;
 pub mod config;
 pub mod control;
@@ -59,8 +61,8 @@ pub use kinetrace::rocm_tool;
 pub use log::{log, panicked, StderrWriter};
 pub use process::{
     after_fork_child, at_exit, cuda_initializing, foreign_cupti_client, is_running, nvtx_attach,
-    nvtx_pop, nvtx_push, nvtx_range, range_pop, range_push, set_library_path, set_peer_uid,
-    set_stderr_writer, signal_received, step, torch_state, Install, EXIT_BUDGET,
+    nvtx_pop, nvtx_push, nvtx_range, range_pop, range_push, set_distributed_info, set_library_path,
+    set_peer_uid, set_stderr_writer, signal_received, step, torch_state, Install, EXIT_BUDGET,
 };
 pub use serve::SubmitError;
 pub use start::{loaded_cupti_paths, no_cuda_message, StartError};

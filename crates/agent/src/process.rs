@@ -319,7 +319,37 @@ pub fn torch_state() -> u32 {
     if !t.ops || !kinetrace_core::recorder::is_active() {
         return 0;
     }
-    1 | (u32::from(t.shapes) << 1) | (u32::from(t.modules) << 2)
+    // The window's own options: a capture request may ask for more or less than the process's.
+    let f = r.profiler.framework_options();
+    1 | (u32::from(f.record_shapes) << 1) | (u32::from(t.modules) << 2)
+}
+
+/// What the job says of its distributed setup, as the JSON object torch.profiler writes as
+/// `distributedInfo` (the Python side builds it from `torch.distributed` when that is initialised
+/// or its groups change): the traces of windows that open from now on write it. A malformed one
+/// is said once in the log and changes nothing. Whether it was taken: `None` when this process
+/// is not profiling (yet), `Some(false)` when malformed.
+pub fn set_distributed_info(json: &str) -> Option<bool> {
+    if PROCESS.phase.get() != Phase::Running {
+        return None;
+    }
+    let r = running()?;
+    match kinetrace::export::parse_distributed_info(json) {
+        Ok(info) => {
+            r.profiler.set_distributed_info(Some(info));
+            Some(true)
+        }
+        Err(e) => {
+            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !SAID.swap(true, Ordering::Relaxed) {
+                (r.log)(&format!(
+                    "python: distributedInfo not used (traces keep the rank and world size from \
+                     the environment): {e}"
+                ));
+            }
+            Some(false)
+        }
+    }
 }
 
 /// Whether this process is profiling (running, not forked off), through the preloaded shim or

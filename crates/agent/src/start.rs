@@ -175,7 +175,8 @@ pub(crate) fn build(
         .dynolog(config.dynolog)
         .dynolog_interval(config.dynolog_interval)
         .dynolog_uid(config.dynolog_uid)
-        .ring_memory_cap((config.max_cpu_buffer_mb as usize) << 20);
+        .ring_memory_cap((config.max_cpu_buffer_mb as usize) << 20)
+        .framework(config.torch.framework());
     if let Some(w) = distributed.world_size {
         builder = builder.world_size(w);
     }

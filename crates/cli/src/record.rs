@@ -18,6 +18,7 @@ use crate::signals::Forwarder;
 const PY_INIT: &str = include_str!("../../../python/kinetrace/__init__.py");
 const PY_SITE: &str = include_str!("../../../python/sitecustomize.py");
 const PY_TORCH: &str = include_str!("../../../python/kinetrace/_torch.py");
+const PY_DIST: &str = include_str!("../../../python/kinetrace/_dist.py");
 const PY_EXT: &str = include_str!("../../../python/kinetrace/_ext.py");
 const PY_PROFILE: &str = include_str!("../../../python/kinetrace/_profile.py");
 const PY_EXT_SOURCE: &str = include_str!("../../../python/kinetrace/_ops_ext.cpp");
@@ -95,7 +96,8 @@ pub struct RecordArgs {
     /// NVTX ranges whose message matches this glob (`*`, `?`) mark steps, e.g. 'train_step*'.
     #[arg(long, value_name = "GLOB")]
     pub step_nvtx: Option<String>,
-    /// PyTorch jobs: also record each op's input shapes (Input Dims), as record_shapes=True does.
+    /// PyTorch jobs: also record each op's inputs as record_shapes=True does (Input Dims, Input
+    /// type, Input Strides, Concrete Inputs), and c10d collectives' args on every backend.
     #[arg(long)]
     pub record_shapes: bool,
     /// PyTorch jobs: record no ATen ops or module ranges (GPU activity and steps only).
@@ -476,6 +478,7 @@ fn python_dir() -> Result<tempfile::TempDir> {
     for (name, text) in [
         ("kinetrace/__init__.py", PY_INIT),
         ("kinetrace/_torch.py", PY_TORCH),
+        ("kinetrace/_dist.py", PY_DIST),
         ("kinetrace/_ext.py", PY_EXT),
         ("kinetrace/_profile.py", PY_PROFILE),
         ("kinetrace/_ops_ext.cpp", PY_EXT_SOURCE),

@@ -373,8 +373,7 @@ fn handle(session: &SessionHandle, s: &Settings, log: &LogFn, text: &str) {
             "dynolog_not_applied".to_string(),
             format!(
                 "{}: kinetrace does not apply these per request (no Python stacks, FLOP estimates \
-                 or memory snapshots; input shapes and module ranges follow the process's own \
-                 settings)",
+                 or memory snapshots; module ranges follow the process's own settings)",
                 r.ignored.join(", ")
             ),
         ));
@@ -385,6 +384,7 @@ fn handle(session: &SessionHandle, s: &Settings, log: &LogFn, text: &str) {
     };
     let mut req = CaptureRequest::new(start, r.length);
     req.sinks = Some(Box::new(Annotated { target, metadata }));
+    req.framework = r.framework;
     match session.request_capture(req) {
         Ok(plan) => log(&format!(
             "dynolog: capturing {} into {}",

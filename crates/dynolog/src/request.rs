@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use kinetrace_core::session::CaptureLength;
+use kinetrace_core::FrameworkOverrides;
 
 /// A request older than this (its `PROFILE_START_TIME` in the past) is refused, as Kineto does.
 pub const MAX_REQUEST_AGE: Duration = Duration::from_secs(10);
@@ -86,6 +87,9 @@ pub struct Request {
     /// `KEY=VALUE` settings accepted and not applied (flags kinetrace does not record per request,
     /// keys it does not know), for the trace's metadata.
     pub ignored: Vec<String>,
+    /// What the framework recorders turn on for this capture (`PROFILE_REPORT_INPUT_SHAPES`);
+    /// `None` where the request does not say.
+    pub framework: FrameworkOverrides,
 }
 
 /// Why a request is refused: the key, what it held, and the accepted form.
@@ -126,6 +130,7 @@ pub fn parse(text: &str, ctx: &Context) -> Result<Request, RequestError> {
     let mut iterations = None;
     let mut trace_ids = Vec::new();
     let mut ignored = Vec::new();
+    let mut framework = FrameworkOverrides::default();
     for line in text.lines() {
         let line = line.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
@@ -187,6 +192,7 @@ pub fn parse(text: &str, ctx: &Context) -> Result<Request, RequestError> {
             "REQUEST_TRACE_ID" | "REQUEST_GROUP_TRACE_ID" => {
                 trace_ids.push((key.to_string(), value.to_string()))
             }
+            "PROFILE_REPORT_INPUT_SHAPES" => framework.record_shapes = Some(boolean(key, value)?),
             _ => ignored.push(format!("{key}={value}")),
         }
     }
@@ -242,7 +248,17 @@ pub fn parse(text: &str, ctx: &Context) -> Result<Request, RequestError> {
         file_name,
         trace_ids,
         ignored,
+        framework,
     })
+}
+
+/// A flag's value, as Kineto's config reads it (`true`/`false`, `1`/`0`, `yes`/`no`, any case).
+fn boolean(key: &str, value: &str) -> Result<bool, RequestError> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" => Ok(true),
+        "false" | "0" | "no" => Ok(false),
+        _ => Err(error(key, value, "is not a boolean (true or false)")),
+    }
 }
 
 /// Whether `c` may appear in a value or a path of a request.
@@ -381,11 +397,43 @@ mod tests {
         assert_eq!(
             r.ignored,
             [
-                "PROFILE_REPORT_INPUT_SHAPES=false",
                 "PROFILE_WITH_STACK=false",
                 "PROFILE_WITH_FLOPS=false",
                 "PROFILE_WITH_MODULES=false"
             ]
+        );
+        // `dyno gputrace` without --record-shapes asks for none, and the capture gets none.
+        assert_eq!(r.framework.record_shapes, Some(false));
+    }
+
+    #[test]
+    fn input_shapes_are_honoured_per_request() {
+        let c = ctx();
+        let with = |v: &str| {
+            parse(
+                &format!(
+                    "PROFILE_REPORT_INPUT_SHAPES={v}
+"
+                ),
+                &c,
+            )
+        };
+        for (v, want) in [("true", true), ("1", true), ("False", false), ("0", false)] {
+            let r = with(v).unwrap();
+            assert_eq!(r.framework.record_shapes, Some(want), "{v}");
+            assert!(r.ignored.is_empty());
+        }
+        assert_eq!(
+            parse("ACTIVITIES_DURATION_MSECS=5", &c)
+                .unwrap()
+                .framework
+                .record_shapes,
+            None
+        );
+        let e = with("maybe").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "PROFILE_REPORT_INPUT_SHAPES: `maybe` is not a boolean (true or false)"
         );
     }
 

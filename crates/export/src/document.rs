@@ -24,7 +24,7 @@
 use std::collections::BTreeSet;
 
 use kinetrace_core::activity::DeviceProperties;
-use kinetrace_core::{TraceMeta, WindowInfo};
+use kinetrace_core::{DistributedInfo, TraceMeta, WindowInfo};
 
 use crate::encoder::{Events, TraceEncoder};
 use crate::json::{
@@ -47,8 +47,10 @@ pub(crate) fn head(
         if !window.devices.is_empty() {
             device_properties(d, &window.devices);
         }
-        if let Some(rank) = window.rank {
-            // `"rank": N` with a space: HTA finds the rank with the regex `"rank":\s+(\d+)`.
+        // `"rank": N` with a space: HTA finds the rank with the regex `"rank":\s+(\d+)`.
+        if let Some(info) = &window.distributed {
+            d.object::<Inline>(key!("distributedInfo"), |i| distributed(info, i));
+        } else if let Some(rank) = window.rank {
             d.object::<Inline>(key!("distributedInfo"), |i| {
                 i.u64(key!("rank"), rank as u64);
                 if let Some(ws) = window.world_size {
@@ -57,11 +59,56 @@ pub(crate) fn head(
             });
         }
         d.str(key!("kinetrace_version"), env!("CARGO_PKG_VERSION"));
+        // torch.profiler's switches, `1` when on, in the order it writes them.
+        let f = window.framework;
+        for (on, k) in [
+            (f.with_stack, key!("with_stack")),
+            (f.profile_memory, key!("profile_memory")),
+            (f.record_shapes, key!("record_shapes")),
+        ] {
+            if on {
+                d.u64(k, 1);
+            }
+        }
         d.str(key!("host_name"), &window.host_name);
         d.str(key!("displayTimeUnit"), "ms");
         d.u64(key!("baseTimeNanoseconds"), base_ns);
     });
     doc.begin_array::<Rows>(out, key!("traceEvents"))
+}
+
+/// `distributedInfo` as torch.profiler writes it (its keys, in its order).
+fn distributed(info: &DistributedInfo, i: &mut Object<'_, Inline>) {
+    if let Some(b) = &info.backend {
+        i.str(key!("backend"), b);
+    }
+    i.u64(key!("rank"), u64::from(info.rank));
+    if let Some(ws) = info.world_size {
+        i.u64(key!("world_size"), u64::from(ws));
+    }
+    if let Some(n) = info.pg_count {
+        i.u64(key!("pg_count"), n);
+    }
+    if let Some(groups) = &info.pg_config {
+        i.array::<Inline>(key!("pg_config"), |a| {
+            for g in groups {
+                a.object::<Inline>(|o| {
+                    o.str(key!("pg_name"), &g.pg_name);
+                    o.str(key!("pg_desc"), &g.pg_desc);
+                    o.str(key!("backend_config"), &g.backend_config);
+                    o.u64(key!("pg_size"), g.pg_size);
+                    o.array::<Inline>(key!("ranks"), |r| {
+                        for rank in &g.ranks {
+                            r.u64(*rank);
+                        }
+                    });
+                });
+            }
+        });
+    }
+    if let Some(v) = &info.nccl_version {
+        i.str(key!("nccl_version"), v);
+    }
 }
 
 impl TraceEncoder {
@@ -280,6 +327,9 @@ fn is_reserved_key(k: &str) -> bool {
             | "host_name"
             | "kinetrace_version"
             | "dropped_events"
+            | "with_stack"
+            | "profile_memory"
+            | "record_shapes"
     )
 }
 

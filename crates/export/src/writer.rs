@@ -71,6 +71,7 @@ pub fn window_of(meta: &TraceMeta) -> WindowInfo {
         pid: meta.pid,
         host_name: meta.host_name.clone(),
         devices: meta.devices.clone(),
+        ..Default::default()
     }
 }
 

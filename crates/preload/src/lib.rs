@@ -22,7 +22,11 @@ Exports:
 - `kinetrace_torch_state()`, `kinetrace_range_push()`, `kinetrace_range_pop()`, `kinetrace_log()`:
   what the Python side uses to turn PyTorch's ops on inside windows and to record module ranges.
 - `kinetrace_op_begin()`, `kinetrace_op_end()`: what kinetrace's compiled PyTorch extension
-  (`python/kinetrace/_ops_ext.cpp`) calls from its RecordFunction callbacks, once per op in a window.
+  (`python/kinetrace/_ops_ext.cpp`) calls from its RecordFunction callbacks, once per op in a window;
+  `kinetrace_op_args()` and `kinetrace_op_args_generation()`: how it gets the id of an op's args
+  text (once per distinct text).
+- `kinetrace_set_distributed_info()`: what the Python side says of `torch.distributed`, written as
+  the traces' `distributedInfo`.
 - `rocprofiler_configure`: rocprofiler-sdk's tool entry point; when HIP initialises the SDK finds it
   (this library preloaded, or named in `ROCP_TOOL_LIBRARIES`) and kinetrace registers as a tool;
   once initialised, it starts profiling with the GPU as `InitializeInjection` does.
@@ -49,7 +53,9 @@ pub use api::{
 pub use nvtx::InitializeInjectionNvtx2;
 pub use shim::{
     cuptiActivityRegisterCallbacks, kinetrace_is_active, kinetrace_log, kinetrace_range_pop,
-    kinetrace_range_push, kinetrace_step, kinetrace_torch_state, rocprofiler_configure,
-    InitializeInjection,
+    kinetrace_range_push, kinetrace_set_distributed_info, kinetrace_step, kinetrace_torch_state,
+    rocprofiler_configure, InitializeInjection,
 };
-pub use torch_ops::{kinetrace_op_begin, kinetrace_op_end};
+pub use torch_ops::{
+    kinetrace_op_args, kinetrace_op_args_generation, kinetrace_op_begin, kinetrace_op_end,
+};

@@ -269,6 +269,26 @@ pub unsafe extern "C" fn kinetrace_log(message: *const c_char) {
     let _ = catch_unwind(|| agent::log(&text));
 }
 
+/// What the Python side says of `torch.distributed` (a JSON object, as torch.profiler writes
+/// `distributedInfo`): traces of windows that open from now on write it. 1 when taken, 0 when
+/// this process is not profiling (yet), -1 when malformed (said once in the log).
+///
+/// # Safety
+/// `json` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn kinetrace_set_distributed_info(json: *const c_char) -> c_int {
+    if json.is_null() {
+        return -1;
+    }
+    // SAFETY: per the contract, a NUL-terminated string.
+    let text = String::from_utf8_lossy(unsafe { CStr::from_ptr(json) }.to_bytes());
+    match catch_unwind(|| agent::set_distributed_info(&text)) {
+        Ok(Some(true)) => 1,
+        Ok(None) => 0,
+        _ => -1,
+    }
+}
+
 type RegisterCallbacks = unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32;
 
 /// CUPTI_ERROR_NOT_INITIALIZED, answered if the real function cannot be found.

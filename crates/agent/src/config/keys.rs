@@ -341,8 +341,11 @@ pub static KEYS: &[Key] = &[
         kineto: Some("PROFILE_REPORT_INPUT_SHAPES"),
         form: FORM_BOOL,
         default: "0",
-        doc: "With the PyTorch ops, record each op's input shapes (`Input Dims`), as \
-              `record_shapes=True` does. Costs a few microseconds per op inside windows.",
+        doc: "With the PyTorch ops, record each op's inputs as `record_shapes=True` does \
+              (`Input Dims`, `Input type`, `Input Strides`, `Concrete Inputs`; TensorLists \
+              nested) and give c10d collectives their args on every backend (docs/record.md). \
+              Costs a few hundred nanoseconds per op inside windows. A dynolog request's \
+              `PROFILE_REPORT_INPUT_SHAPES` decides for its own capture.",
         apply: |l, v| boolean(v).map(|b| l.record_shapes = Some(b)),
     },
     Key {

@@ -146,6 +146,16 @@ pub struct TorchCapture {
     pub modules: bool,
 }
 
+impl TorchCapture {
+    /// What the framework side turns on in every window, as the trace head states it.
+    pub fn framework(&self) -> kinetrace::FrameworkOptions {
+        kinetrace::FrameworkOptions {
+            record_shapes: self.ops && self.shapes,
+            ..Default::default()
+        }
+    }
+}
+
 impl Default for TorchCapture {
     fn default() -> Self {
         TorchCapture {
