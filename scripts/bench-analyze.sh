@@ -15,6 +15,8 @@
 # process of the run (HTA forks one parser process per rank, up to the CPU count, so the sum over its
 # processes is higher than shown). kinetrace is one process. Needs python3 and /usr/bin/time.
 set -euo pipefail
+# The shim is built beside the binary here: no embedded copy (crates/cli/build.rs).
+export KINETRACE_EMBED_SHIM="${KINETRACE_EMBED_SHIM:-0}"
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

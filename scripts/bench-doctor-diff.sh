@@ -11,6 +11,8 @@
 # parses the directory twice, as kinetrace does). kinetrace: best of 3 runs each. HTA: one run (its
 # peak RSS is the largest single process; it forks one parser per rank up to the CPU count).
 set -euo pipefail
+# The shim is built beside the binary here: no embedded copy (crates/cli/build.rs).
+export KINETRACE_EMBED_SHIM="${KINETRACE_EMBED_SHIM:-0}"
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

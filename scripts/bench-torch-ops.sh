@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The framework view's cost per PyTorch op, side by side with torch.profiler's, in one run:
-# benches/torch_ops.py in every mode (see its docstring) with the torch venv's interpreter, through
+# The framework view's cost per PyTorch op and per training step, side by side with torch.profiler's
+# (with and without record_shapes), in one run: benches/torch_ops.py's two workloads in every mode
+# (see its docstring) with the torch venv's interpreter, through
 # both routes PyTorch's ops can take into kinetrace (the compiled RecordFunction recorder, built
-# first if it is not cached, and PyTorch's NVTX ranges). Prints the load average before and after.
+# first if it is not cached, and PyTorch's NVTX ranges), and through kinetrace.profile (the
+# in-process API, the recorder route). Prints the load average before and after.
 #
 #   scripts/bench-torch-ops.sh
 set -euo pipefail
+# The shim is built beside the binary here: no embedded copy (crates/cli/build.rs).
+export KINETRACE_EMBED_SHIM="${KINETRACE_EMBED_SHIM:-0}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 venv="$(bash scripts/torch-venv.sh)"
@@ -17,13 +21,24 @@ trap 'rm -rf "$out"' EXIT
 # The recorder, as `kinetrace record` builds it before a Python command (timed here, not below).
 PYTHONPATH="$root/python" "$py" -m kinetrace._ext build
 echo "torch $("$py" -c 'import torch; print(torch.__version__)'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-"$py" benches/torch_ops.py plain
-"$py" benches/torch_ops.py torch.profiler
-"$kt" record --on-demand --no-summary -o "$out/dormant" --log "$out/log" -- "$py" benches/torch_ops.py dormant
-"$kt" record --no-summary -o "$out/inside" --log "$out/log" -- "$py" benches/torch_ops.py inside
-KINETRACE_TORCH_OPS_ROUTE=nvtx "$kt" record --no-summary -o "$out/inside-nvtx" --log "$out/log" -- "$py" benches/torch_ops.py inside-nvtx
-"$kt" record --record-shapes --no-summary -o "$out/shapes" --log "$out/log" -- "$py" benches/torch_ops.py inside-shapes
-KINETRACE_TORCH_OPS_ROUTE=nvtx "$kt" record --record-shapes --no-summary -o "$out/shapes-nvtx" --log "$out/log" -- "$py" benches/torch_ops.py inside-shapes-nvtx
+mkdir -p "$out/pkg"
+ln -s "$root/python/kinetrace" "$out/pkg/kinetrace"
+for w in ops steps; do
+    echo "-- $w"
+    "$py" benches/torch_ops.py plain $w
+    "$py" benches/torch_ops.py torch.profiler $w
+    "$py" benches/torch_ops.py torch.profiler-shapes $w
+    "$kt" record --on-demand --no-summary -o "$out/dormant" --log "$out/log" -- "$py" benches/torch_ops.py dormant $w
+    "$kt" record --no-summary -o "$out/inside" --log "$out/log" -- "$py" benches/torch_ops.py inside $w
+    KINETRACE_TORCH_OPS_ROUTE=nvtx "$kt" record --no-summary -o "$out/inside-nvtx" --log "$out/log" -- "$py" benches/torch_ops.py inside-nvtx $w
+    "$kt" record --record-shapes --no-summary -o "$out/shapes" --log "$out/log" -- "$py" benches/torch_ops.py inside-shapes $w
+    KINETRACE_TORCH_OPS_ROUTE=nvtx "$kt" record --record-shapes --no-summary -o "$out/shapes-nvtx" --log "$out/log" -- "$py" benches/torch_ops.py inside-shapes-nvtx $w
+    # kinetrace.profile: the package alone on PYTHONPATH (no sitecustomize), the release shim.
+    KINETRACE_PRELOAD_PATH="${CARGO_TARGET_DIR:-$root/target}/release/libkinetrace.so" PYTHONPATH="$out/pkg" \
+        "$py" benches/torch_ops.py kinetrace.profile $w 2>>"$out/log"
+    KINETRACE_PRELOAD_PATH="${CARGO_TARGET_DIR:-$root/target}/release/libkinetrace.so" PYTHONPATH="$out/pkg" \
+        "$py" benches/torch_ops.py kinetrace.profile-shapes $w 2>>"$out/log"
+done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "routes taken (kinetrace's log, in run order):"
 grep -o 'PyTorch ops through [^(:]*' "$out/log" | sed 's/^/  /'

@@ -8,6 +8,8 @@
 #
 #   scripts/compat-tests.sh [PYTEST_ARGS...]     # from anywhere; e.g. -k hta, -x
 set -euo pipefail
+# The shim is built beside the binary here: no embedded copy (crates/cli/build.rs).
+export KINETRACE_EMBED_SHIM="${KINETRACE_EMBED_SHIM:-0}"
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

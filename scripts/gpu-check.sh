@@ -17,8 +17,16 @@
 #   scripts/gpu-check.sh run [DIR]   there, on an NVIDIA machine with CUDA and PyTorch (no cargo):
 #                                    runs the staged workload, checks its trace, runs the same work
 #                                    and a training loop under torch.profiler (and under
-#                                    `kinetrace record` when the staged CLI has it), prints one summary
+#                                    `kinetrace record` when the staged CLI has it; then a one-rank
+#                                    NCCL job with DDP under `record --record-shapes`: torch's
+#                                    record_param_comms args, NCCL kernels labelled with them,
+#                                    distributedInfo with the NCCL version), prints one summary
 #                                    table; output and logs in DIR (default ./gpu-check-out-TIME).
+#                                    With the staged CLI it also runs a bf16 matmul of known size
+#                                    (8192³) under torch.profiler through `kinetrace analyze --only
+#                                    efficiency`: the FLOPs must be the known count, the achieved
+#                                    TFLOP/s within 10% of CUDA events' timing, the device in the
+#                                    peaks table and the roofline fraction plausible (0.25-1.05).
 #                                    Exit 0 all checks passed, 1 a check failed, 2 no GPU/driver or
 #                                    nothing staged. Finishes in under 8 minutes.
 #   scripts/gpu-check.sh rocm [DIR]  there, on an AMD machine with ROCm and ROCm PyTorch (issue 11):
@@ -31,12 +39,14 @@
 # The staged folder is self-contained: copy target/gpu-check/ to the GPU machine and run
 # `gpu-check/gpu-check.sh run` there (or run this script from the repository, which finds it).
 set -euo pipefail
+# The shim is built beside the binary here: no embedded copy (crates/cli/build.rs).
+export KINETRACE_EMBED_SHIM="${KINETRACE_EMBED_SHIM:-0}"
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 MAX_STAGE_BYTES=$((64 * 1024 * 1024))
 
 usage() {
-    sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,40p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 die() {
@@ -112,7 +122,8 @@ cmd_build() {
         gzip -6 -f "$tmp_bin"
         echo "gpu-check: staged the candle example (cuda, gzipped: $(du -h "$tmp_bin.gz" | cut -f1))"
     fi
-    install -m 644 "$root/gpu/check/gpu_check.py" "$stage/check/"
+    install -m 644 "$root/gpu/check/gpu_check.py" "$root/gpu/check/efficiency_check.py" \
+        "$root/gpu/check/nccl_check.py" "$stage/check/"
     install -m 644 "$root/gpu/kernels/kernels.cu" "$root/gpu/kernels/kernels.ptx" "$stage/kernels/"
     install -m 755 "$root/scripts/gpu-check.sh" "$stage/gpu-check.sh"
     {
@@ -124,6 +135,14 @@ cmd_build() {
         python3 "$stage/check/gpu_check.py" selftest --out "$root/target/gpu-check-selftest" > /dev/null \
             || die "the checker's self-test failed: python3 $stage/check/gpu_check.py selftest"
         echo "gpu-check: checker self-test passed"
+        # The efficiency check (a matmul of known size against the roofline, issue 24) on
+        # synthesised traces of the matmul: right ones pass, wrong ones fail.
+        if [[ -x "$stage/bin/kinetrace" ]]; then
+            python3 "$stage/check/efficiency_check.py" selftest --cli "$stage/bin/kinetrace" \
+                --out "$root/target/gpu-check-selftest/efficiency" > /dev/null \
+                || die "the efficiency check's self-test failed: python3 $stage/check/efficiency_check.py selftest --cli $stage/bin/kinetrace"
+            echo "gpu-check: efficiency check self-test passed"
+        fi
         # The staged workload on kinetrace's simulated GPU, its trace through the checker: the whole
         # workload -> trace -> checks path, without a GPU.
         local sim="$root/target/gpu-check-simulate"

@@ -7,6 +7,10 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
 
+# Release builds of the CLI embed the shim for `cargo install` (crates/cli/build.rs); here the shim
+# is built beside the binary, so no step pays for a second build of it.
+export KINETRACE_EMBED_SHIM="${KINETRACE_EMBED_SHIM:-0}"
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
@@ -31,6 +35,9 @@ cargo test --manifest-path examples/candle/Cargo.toml --locked
 
 step "GPU check script self-test (the trace checker run on GPU machines)"
 python3 gpu/check/gpu_check.py selftest
+cargo build --locked -q -p kinetrace-cli
+target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+python3 gpu/check/efficiency_check.py selftest --cli "$target_dir/debug/kinetrace"
 
 step "loom model check of the per-thread ring"
 bash scripts/loom.sh
@@ -50,3 +57,6 @@ fi
 
 step "compatibility tests (HTA, torch-tb-profiler, the preload shim under real PyTorch)"
 bash scripts/compat-tests.sh
+
+step "the wheel (pip install without Rust; kinetrace record and kinetrace.profile under real PyTorch)"
+bash scripts/wheel-tests.sh

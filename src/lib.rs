@@ -42,8 +42,8 @@ pub use kinetrace_core::session::{
     SessionStatus,
 };
 pub use kinetrace_core::{
-    ActivitySource, SessionError, Sink, SinkFactory, SourceError, TraceMeta, TraceOutput,
-    UnixNanos, WindowInfo,
+    ActivitySource, DistributedInfo, FrameworkOptions, FrameworkOverrides, ProcessGroupConfig,
+    SessionError, Sink, SinkFactory, SourceError, TraceMeta, TraceOutput, UnixNanos, WindowInfo,
 };
 pub use kinetrace_export as export;
 

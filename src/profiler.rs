@@ -12,8 +12,8 @@ use kinetrace_core::session::{
     TraceReadyCallback, Trigger,
 };
 use kinetrace_core::{
-    ActivitySet, ActivitySource, Session, SessionError, Sink, SinkFactory, TraceMeta, TraceOutput,
-    WindowInfo,
+    ActivitySet, ActivitySource, DistributedInfo, FrameworkOptions, Session, SessionError, Sink,
+    SinkFactory, TraceMeta, TraceOutput, WindowInfo,
 };
 use kinetrace_export::TraceDir;
 
@@ -152,6 +152,20 @@ impl Profiler {
         self.session.step_aside(reason)
     }
 
+    /// What the framework recorders (the shim's PyTorch hooks) should have on now: the options
+    /// of the capture request in force, else the profiler's own
+    /// ([`ProfilerBuilder::framework`]).
+    pub fn framework_options(&self) -> FrameworkOptions {
+        self.session.framework_options()
+    }
+
+    /// What the job says of its distributed setup (`torch.distributed`'s backend, rank and
+    /// process groups): every trace whose window opens from now on writes it as its
+    /// `distributedInfo`, in place of the configured rank and world size.
+    pub fn set_distributed_info(&self, info: Option<DistributedInfo>) {
+        self.session.set_distributed_info(info)
+    }
+
     /// A snapshot: step, action, the capture pending or in progress, traces written.
     pub fn status(&self) -> SessionStatus {
         self.session.status()
@@ -204,6 +218,7 @@ pub struct ProfilerBuilder {
     rank: Option<u32>,
     world_size: Option<u32>,
     first_step: u64,
+    framework: FrameworkOptions,
     on_trace_ready: Option<TraceReadyCallback>,
     sources: Vec<Box<dyn ActivitySource>>,
     gpu: Gpu,
@@ -214,6 +229,7 @@ pub struct ProfilerBuilder {
     log: Option<LogFn>,
     dynolog: Option<bool>,
     dynolog_interval: Option<Duration>,
+    dynolog_uid: Option<Option<u32>>,
     perfetto: bool,
     errors: Vec<Error>,
 }
@@ -229,6 +245,7 @@ impl Default for ProfilerBuilder {
             rank: None,
             world_size: None,
             first_step: 0,
+            framework: FrameworkOptions::default(),
             on_trace_ready: None,
             sources: Vec::new(),
             gpu: Gpu::Default,
@@ -239,6 +256,7 @@ impl Default for ProfilerBuilder {
             log: None,
             dynolog: None,
             dynolog_interval: None,
+            dynolog_uid: None,
             perfetto: false,
             errors: Vec::new(),
         }
@@ -246,6 +264,14 @@ impl Default for ProfilerBuilder {
 }
 
 impl ProfilerBuilder {
+    /// What a framework's recorder turns on in every window (`record_shapes`, `with_stack`,
+    /// `profile_memory`, as torch.profiler names them): the trace head says so, and the shim's
+    /// PyTorch hooks read it ([`Profiler::framework_options`]). Default: all off.
+    pub fn framework(mut self, options: FrameworkOptions) -> Self {
+        self.framework = options;
+        self
+    }
+
     /// Which records to keep (default: Kineto's default set).
     pub fn activities(mut self, activities: ActivitySet) -> Self {
         self.activities = activities;
@@ -428,6 +454,15 @@ impl ProfilerBuilder {
         self
     }
 
+    /// Also accept dynolog replies from this uid (a daemon run as a service user; default:
+    /// `$KINETRACE_DYNOLOG_UID`, else none). Replies count only from senders whose credentials the
+    /// kernel vouches for: root, this process's uid, or this one; any other user who binds the
+    /// daemon's name while the daemon is down is dropped with one log line.
+    pub fn dynolog_uid(mut self, uid: Option<u32>) -> Self {
+        self.dynolog_uid = Some(uid);
+        self
+    }
+
     /// Time between dynolog polls (default 5 s, Kineto's `ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS`;
     /// the daemon forgets a process silent for over 60 s).
     pub fn dynolog_interval(mut self, interval: Duration) -> Self {
@@ -462,6 +497,10 @@ impl ProfilerBuilder {
             Some(on) => on,
             None => env_flag("KINETRACE_DYNOLOG")?,
         };
+        let dynolog_uid = match self.dynolog_uid {
+            Some(u) => u,
+            None => env_uid("KINETRACE_DYNOLOG_UID")?,
+        };
         let (rank, world_size) = match (self.rank, self.world_size) {
             (Some(r), Some(w)) => (Some(r), Some(w)),
             (r, w) => {
@@ -486,6 +525,7 @@ impl ProfilerBuilder {
             world_size,
             metadata: self.metadata,
             first_step: self.first_step,
+            framework: self.framework,
             ..SessionConfig::default()
         };
         config
@@ -526,6 +566,7 @@ impl ProfilerBuilder {
                 if let Some(i) = self.dynolog_interval {
                     settings.interval = i;
                 }
+                settings.allowed_uid = dynolog_uid;
                 kinetrace_dynolog::start(session.handle(), settings, log.clone())
             })
             .flatten();
@@ -551,6 +592,20 @@ fn env_flag(key: &str) -> Result<bool, Error> {
             key: key.to_string(),
             message: format!("`{other}` is not a switch; expected 1, 0, true or false"),
         }),
+    }
+}
+
+/// A uid from an environment variable (unset or empty: none), as the agent's key table reads it.
+fn env_uid(key: &str) -> Result<Option<u32>, Error> {
+    match std::env::var(key).as_deref().map(str::trim) {
+        Err(_) | Ok("") => Ok(None),
+        Ok(v) => match v.parse::<u32>() {
+            Ok(n) if n != u32::MAX => Ok(Some(n)),
+            _ => Err(Error::Config {
+                key: key.to_string(),
+                message: format!("`{v}` is not a uid; expected an integer >= 0 such as 998"),
+            }),
+        },
     }
 }
 

@@ -8,7 +8,9 @@ Subcommands:
                                    kinetrace, its trace checked; the same work in PyTorch under
                                    torch.profiler, compared; a small training loop under
                                    `kinetrace record --iterations 3` vs torch.profiler (if the staged
-                                   CLI has `record`). One summary table; exit 1 on any failed check.
+                                   CLI has `record`); a bf16 matmul of known size through `kinetrace
+                                   analyze --only efficiency` (efficiency_check.py). One summary
+                                   table; exit 1 on any failed check.
   check-trace TRACE [--expect-json FILE | --expect kernel=N,...] [options]
                                    the trace checks alone, on any trace (e.g. one synthesised, or
                                    the demo's with the counts it should hold).
@@ -678,6 +680,9 @@ def selftest(out_dir):
         print("selftest: %-42s -> %s" % (what, "caught by '%s'" % expect_fail if ok else "NOT caught (failed: %s)" % sorted(failed)))
         if not ok:
             failures += 1
+    import nccl_check
+
+    failures += nccl_check.selftest(print)
     print("selftest: %s" % ("passed" if failures == 0 else "%d problem(s)" % failures))
     return 0 if failures == 0 else 1
 
@@ -1172,7 +1177,19 @@ def cmd_all(a):
             s.add("overhead", "%s: training step" % label, None,
                   "recorded %s, after the window %s, no profiler %s (added %s/step)" % (
                       fmt_us(on), fmt_us(off), fmt_us(b), fmt_us(on - b) if (on is not None and b is not None) else "n/a"))
+    # Efficiency (issue 24): a bf16 matmul of known size under torch.profiler, read by
+    # `kinetrace analyze --only efficiency` (efficiency_check.py says what is checked).
+    progress("step 5: efficiency: a bf16 8192x8192x8192 matmul against the roofline")
+    if os.path.exists(cli):
+        import efficiency_check
+
+        left = BUDGET_S - (time.monotonic() - T0)
+        for name, ok, detail in efficiency_check.run(cli, os.path.join(out, "efficiency"), timeout=min(180.0, left)):
+            s.add("efficiency", name, ok, detail)
+    else:
+        s.add("efficiency", "matmul against the roofline", None, "SKIPPED: no staged kinetrace CLI")
     candle_step(s, stage, out, libs)
+    nccl_step(s, cli if has_record else None, py, out)
     progress("step 6: burn-cuda example (issue 12), fusion off")
     cmd_burn(s, stage, out, libs)
     s.print()
@@ -1244,6 +1261,37 @@ def candle_step(s, stage, out, libs):
     idle, rec = r.get("idle_step_us"), r.get("recording_step_us")
     s.add("overhead", "candle: training step", None, "recorded %s, no profiler running %s (added %s/step)" % (
         fmt_us(rec), fmt_us(idle), fmt_us(rec - idle) if (rec is not None and idle is not None) else "n/a"))
+
+
+def nccl_step(s, cli, py, out):
+    """Collectives over NCCL (nccl_check.py): a one-rank NCCL job with DDP under `kinetrace record
+    --record-shapes`; its trace must have torch's record_param_comms args, NCCL kernels labelled
+    with them, derived args on c10d ops and distributedInfo with the NCCL version."""
+    import socket
+
+    import nccl_check
+
+    if cli is None:
+        s.add("nccl", "collectives", None, "SKIPPED: no staged kinetrace CLI with `record`")
+        return
+    progress("step 5b (collectives): a one-rank NCCL job (DDP) under `kinetrace record --record-shapes`")
+    n_out = os.path.join(out, "nccl")
+    shutil.rmtree(n_out, ignore_errors=True)
+    job = os.path.join(out, "nccl_job.py")
+    with open(job, "w") as f:
+        f.write(nccl_check.JOB)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    rc, so, se = run_child([cli, "record", "--record-shapes", "--iterations", "3", "--start-iteration", "2",
+                            "-o", n_out, "--", py, job, str(port)], 150, env=torch_env(),
+                           log=os.path.join(out, "nccl.log"))
+    r = last_json(so) or {}
+    traces = find_traces(n_out)
+    s.add("nccl", "ran", rc == 0 and len(traces) == 1, "rc %d; NCCL %s; %d trace(s)" % (rc, r.get("nccl"), len(traces)))
+    if len(traces) == 1:
+        for name, ok, detail in nccl_check.checks(load_trace(traces[0])):
+            s.add("nccl trace", name, ok, detail)
 
 
 def cmd_rocm(a):

@@ -12,15 +12,31 @@ The shim (``libkinetrace.so``, preloaded by ``kinetrace record`` or named in ``L
 
 ``kinetrace record`` also installs a global optimizer step hook (see ``sitecustomize.py``), so
 unmodified PyTorch scripts need no call at all.
+
+``kinetrace.profile`` (with ``kinetrace.schedule`` and ``kinetrace.tensorboard_trace_handler``)
+takes ``torch.profiler.profile``'s arguments and runs kinetrace in process, without the CLI: see
+``_profile.py``.
 """
 
 import atexit
 import ctypes
 import os
 
-from kinetrace import _torch
+from kinetrace import _dist, _torch
 
-__all__ = ["step", "is_active"]
+__all__ = ["step", "is_active", "profile", "schedule", "tensorboard_trace_handler",
+           "ProfilerAction"]
+
+_PROFILE_NAMES = ("profile", "schedule", "tensorboard_trace_handler", "ProfilerAction")
+
+
+def __getattr__(name):
+    # Imported on first use: a job under `kinetrace record` pays nothing for it.
+    if name in _PROFILE_NAMES:
+        from kinetrace import _profile
+
+        return getattr(_profile, name)
+    raise AttributeError("module 'kinetrace' has no attribute %r" % (name,))
 
 _lib = None
 
@@ -68,6 +84,8 @@ def step():
     """Mark a step boundary (the end of one training iteration)."""
     lib = _shim()
     if lib:
+        # Before the boundary: a window opening there writes the job's distributedInfo.
+        _dist.note(lib, lambda m: _torch._log(lib, m))
         lib.kinetrace_step()
         _torch.sync(lib)
 

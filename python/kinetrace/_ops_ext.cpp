@@ -6,91 +6,575 @@
 // C++ ABI) and loaded with ctypes by kinetrace/_torch.py, which calls kinetrace_ops_enable when a
 // capture window opens and kinetrace_ops_disable when it closes: outside windows no callback is
 // registered and PyTorch runs as without kinetrace. This is the cheaper route of the two (the other
-// is PyTorch's NVTX profiler state): nothing is formatted per op, the name pointer is handed over
-// as is (the shim interns it, verifying the text, since names of autograd functions live only as
-// long as their RecordFunction).
+// is PyTorch's NVTX profiler state): the name pointer is handed over as is (the shim interns it,
+// verifying the text, since names of autograd functions live only as long as their
+// RecordFunction), and nothing is formatted per op.
+//
+// An op's args (with shapes on: `Input Dims`, `Input type`, `Input Strides`, `Concrete Inputs`;
+// for collectives their sizes and group) go to the shim as one JSON text, interned there once:
+// the shim answers an id (kinetrace_op_args) that the op's begin carries. Per op the recorder only
+// packs what decides the text (dtypes, sizes, strides, scalar values) into a per-thread key and
+// looks it up in a per-thread cache; the text is formatted, with torch's own formatting functions
+// (so the strings are torch.profiler's), only when the key is new. Ids are good for one generation
+// of the shim's table (it is emptied between windows), which the cache checks.
 //
 // Nothing here may throw into PyTorch: every entry point and callback catches everything.
 
 #include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
 #include <dlfcn.h>
+#include <torch/csrc/distributed/c10d/ParamCommsUtils.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/profiler/util.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <mutex>
 #include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+// Declared in torch/csrc/profiler/collection.h, which cannot be included here (it needs Kineto's
+// headers, which the wheel does not ship); exported by libtorch_cpu.
+namespace torch::profiler::impl {
+TORCH_API bool get_record_concrete_inputs_enabled();
+}
 
 namespace {
 
-// The shim's entry points (see crates/preload/src/shim.rs).
+namespace prof = torch::profiler::impl;
+
+// collection.h's SCALAR_LIST_LENGTH_LIMIT: longer scalar lists are not recorded.
+constexpr size_t kScalarListLimit = 30;
+
+// The shim's entry points (see crates/preload/src/torch_ops.rs).
 using BeginFn = void (*)(const void* key, const char* name, int64_t sequence, uint32_t flags,
-                         const char* dims, size_t dims_len);
+                         uint32_t args);
 using EndFn = void (*)(const void* key);
+using ArgsFn = uint32_t (*)(const char* text, size_t len);
+using GenerationFn = uint32_t (*)();
 
 // kinetrace_op_begin's flags.
 constexpr uint32_t kAnnotation = 1;  // a record_function range: a user_annotation, not a cpu_op
+constexpr uint32_t kEvaluate = 2;    // autograd's `evaluate_function: …` range
+constexpr uint32_t kBackward = 4;    // a backward function (BACKWARD_FUNCTION scope)
+
+constexpr std::string_view kEvaluatePrefix = "autograd::engine::evaluate_function: ";
+constexpr std::string_view kParamComms = "record_param_comms";
+constexpr std::string_view kC10d = "c10d::";
 
 BeginFn g_begin = nullptr;
 EndFn g_end = nullptr;
+ArgsFn g_args = nullptr;
+GenerationFn g_generation = nullptr;
 bool g_shapes = false;
+// torch.profiler's `Input Strides` and `Concrete Inputs` are there when this torch setting is on
+// (the default); read when a window opens.
+bool g_concrete = true;
 
-// `[[4, 8], [], [16]]`, as PyTorch's NVTX message and torch.profiler's `Input Dims` write it. One
-// buffer per thread, reused: no allocation per op once it has grown.
-thread_local std::string t_dims;
+// ---------------------------------------------------------------------------------------------
+// The shapes of one op, as torch.profiler's record_shapes writes them.
 
-void format_dims(const at::RecordFunction& fn) {
-  t_dims.clear();
-  t_dims.push_back('[');
-  bool first = true;
-  char num[24];
-  auto one = [&](const at::Tensor* t) {
-    if (!first) t_dims.append(", ");
-    first = false;
-    t_dims.push_back('[');
-    if (t != nullptr && t->defined() && !t->is_nested()) {
-      bool first_dim = true;
-      for (int64_t d : t->sizes()) {
-        if (!first_dim) t_dims.append(", ");
-        first_dim = false;
-        int n = std::snprintf(num, sizeof num, "%lld", static_cast<long long>(d));
-        t_dims.append(num, n > 0 ? static_cast<size_t>(n) : 0);
-      }
+// What an input is, as torch's profiler sorts them (collection.cpp's InputOutputEncoder).
+enum Kind : int64_t { kTensor = 1, kUndefined, kTensorList, kScalarList, kScalar, kOther };
+
+bool plain_tensor(const at::Tensor& t) {
+  return t.defined() && !t.is_nested() &&
+         !t.unsafeGetTensorImpl()->has_symbolic_sizes_strides();
+}
+
+// A list of scalars torch.profiler records the values of: empty or starting with a scalar, and
+// at most SCALAR_LIST_LENGTH_LIMIT long (`isSupportedScalarList`).
+bool scalar_list(const c10::IValue& v) {
+  if (!g_concrete || !v.isList()) return false;
+  auto list = v.toListRef();
+  return list.empty() || (list[0].isScalar() && list.size() <= kScalarListLimit);
+}
+
+Kind kind_of(const c10::IValue& v) {
+  if (v.isTensor()) return plain_tensor(v.toTensor()) ? kTensor : kUndefined;
+  if (v.isScalar()) return kScalar;
+  if (v.isTensorList()) return kTensorList;
+  if (scalar_list(v)) return kScalarList;
+  return kOther;
+}
+
+// The key: every input's kind and what decides its strings, as 64-bit words written into a
+// fixed per-thread buffer and hashed on the way. Writing fails (the op's text is then formatted
+// every time) for an input that cannot be keyed (a symbolic scalar) or a key past the buffer.
+struct Key {
+  static constexpr size_t kWords = 1024;
+  std::array<int64_t, kWords> words;
+  size_t n = 0;
+  uint64_t hash = 0;
+  bool ok = true;
+
+  void reset() {
+    n = 0;
+    hash = 0x9e3779b97f4a7c15ull;
+    ok = true;
+  }
+
+  void put(int64_t w) {
+    if (n == kWords) {
+      ok = false;
+      return;
     }
-    t_dims.push_back(']');
-  };
-  for (const c10::IValue& v : fn.inputs()) {
-    if (v.isTensor()) {
-      one(&v.toTensor());
-    } else if (v.isTensorList()) {
-      // A TensorList's tensors one by one, as PyTorch's NVTX message flattens them.
-      const c10::List<at::Tensor> list = v.toTensorList();
-      for (size_t i = 0; i < list.size(); ++i) {
-        const at::Tensor t = list.get(i);
-        one(&t);
+    words[n++] = w;
+    // One multiply per word: a weak hash is enough, the slot's key is compared whole.
+    hash = (hash ^ static_cast<uint64_t>(w)) * 0xbf58476d1ce4e5b9ull;
+  }
+
+  // The slot index: the high bits, where the multiplies mixed every word in.
+  size_t slot(size_t slots) const { return (hash ^ (hash >> 29) ^ (hash >> 47)) & (slots - 1); }
+
+  void put_all(c10::IntArrayRef ws) {
+    for (int64_t w : ws) put(w);
+  }
+
+  bool same(const std::vector<int64_t>& other) const {
+    return other.size() == n && std::equal(other.begin(), other.end(), words.begin());
+  }
+};
+
+void scalar_key(const c10::IValue& v, Key& key) {
+  if (v.isInt()) {
+    key.put(1);
+    key.put(v.toInt());
+  } else if (v.isDouble()) {
+    double d = v.toDouble();
+    int64_t bits;
+    std::memcpy(&bits, &d, sizeof bits);
+    key.put(2);
+    key.put(bits);
+  } else if (v.isBool()) {
+    key.put(3);
+    key.put(v.toBool());
+  } else {
+    key.ok = false;
+  }
+}
+
+void tensor_key(const at::Tensor& t, Key& key) {
+  if (!plain_tensor(t)) {
+    key.put(kUndefined);
+    return;
+  }
+  bool strided = t.layout() == at::kStrided;
+  auto sizes = t.sizes();
+  key.put(kTensor);
+  key.put(static_cast<int64_t>(t.scalar_type()) << 32 | strided << 16 | sizes.size());
+  key.put_all(sizes);
+  if (strided) key.put_all(t.strides());
+}
+
+// False when the op cannot be keyed (see Key).
+bool make_key(c10::ArrayRef<const c10::IValue> inputs, Key& key) {
+  key.reset();
+  key.put(static_cast<int64_t>(inputs.size()));
+  for (const c10::IValue& v : inputs) {
+    switch (kind_of(v)) {
+      case kTensor:
+      case kUndefined:
+        tensor_key(v.toTensor(), key);
+        break;
+      case kScalar:
+        key.put(kScalar);
+        scalar_key(v, key);
+        break;
+      case kTensorList: {
+        auto list = v.toListRef();
+        key.put(kTensorList);
+        key.put(static_cast<int64_t>(list.size()));
+        for (const c10::IValue& t : list) tensor_key(t.toTensor(), key);
+        break;
       }
-    } else {
-      one(nullptr);
+      case kScalarList: {
+        auto list = v.toListRef();
+        key.put(kScalarList);
+        key.put(static_cast<int64_t>(list.size()));
+        for (const c10::IValue& e : list) scalar_key(e, key);
+        break;
+      }
+      default:
+        key.put(kOther);
+    }
+    if (!key.ok) return false;
+  }
+  return true;
+}
+
+std::vector<int64_t> sizes_of(const at::Tensor& t) { return t.sizes().vec(); }
+
+std::vector<int64_t> strides_of(const at::Tensor& t) {
+  return t.layout() == at::kStrided ? t.strides().vec() : std::vector<int64_t>();
+}
+
+// `"Concrete Inputs":[…],"Input type":[…],"Input Strides":[…],"Input Dims":[…]`, as
+// torch.profiler builds them (profiler_kineto.cpp's parseArgData), in its order.
+void format_shapes(c10::ArrayRef<const c10::IValue> inputs, std::string& out) {
+  std::vector<prof::shape> dims(inputs.size()), strides(inputs.size());
+  std::vector<std::vector<int64_t>> flat_dims(inputs.size());
+  std::vector<std::string> types(inputs.size());
+  std::vector<c10::IValue> concrete(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const c10::IValue& v = inputs[i];
+    switch (kind_of(v)) {
+      case kTensor: {
+        const at::Tensor& t = v.toTensor();
+        dims[i] = sizes_of(t);
+        flat_dims[i] = sizes_of(t);
+        strides[i] = strides_of(t);
+        types[i] = std::string(t.dtype().name());
+        break;
+      }
+      case kTensorList: {
+        std::vector<std::vector<int64_t>> d, s;
+        bool undefined = false;
+        for (const c10::IValue& e : v.toListRef()) {
+          const at::Tensor& t = e.toTensor();
+          if (!plain_tensor(t)) {
+            undefined = true;
+            break;
+          }
+          d.push_back(sizes_of(t));
+          s.push_back(strides_of(t));
+        }
+        // A list holding an undefined tensor is recorded as nothing.
+        if (!undefined) {
+          dims[i] = std::move(d);
+          strides[i] = std::move(s);
+          types[i] = "TensorList";
+        }
+        break;
+      }
+      case kScalar:
+        types[i] = "Scalar";
+        concrete[i] = v;
+        break;
+      case kScalarList:
+        types[i] = "ScalarList";
+        concrete[i] = v;
+        break;
+      default:
+        break;
     }
   }
-  t_dims.push_back(']');
+  if (g_concrete) {
+    out += "\"Concrete Inputs\":";
+    out += prof::ivalueListToStr(concrete);
+    out += ",\"Input type\":";
+    out += prof::strListToStr(types);
+    out += ",\"Input Strides\":";
+    out += prof::variantShapesToStr(strides);
+    out += ",\"Input Dims\":";
+    out += prof::variantShapesToStr(dims);
+  } else {
+    out += "\"Input type\":";
+    out += prof::strListToStr(types);
+    out += ",\"Input Dims\":";
+    out += prof::shapesToStr(flat_dims);
+  }
 }
+
+uint32_t intern(const std::string& text) {
+  return text.empty() ? 0 : g_args(text.data(), text.size());
+}
+
+// The per-thread cache of args ids by key: direct-mapped; a slot keeps its key to compare.
+struct Slot {
+  uint64_t hash = 0;
+  uint32_t generation = 0;
+  uint32_t id = 0;
+  std::vector<int64_t> key;
+};
+
+struct ShapeCache {
+  std::array<Slot, 1024> slots;
+  Key key;
+  std::string text;
+};
+
+thread_local ShapeCache t_cache;
+
+uint32_t shape_args(const at::RecordFunction& fn) {
+  ShapeCache& c = t_cache;
+  auto inputs = fn.inputs();
+  uint32_t generation = g_generation();
+  if (!make_key(inputs, c.key)) {
+    c.text.clear();
+    format_shapes(inputs, c.text);
+    return intern(c.text);
+  }
+  uint64_t h = c.key.hash;
+  Slot& s = c.slots[c.key.slot(c.slots.size())];
+  if (s.generation == generation && s.hash == h && c.key.same(s.key)) return s.id;
+  c.text.clear();
+  format_shapes(inputs, c.text);
+  s.id = intern(c.text);
+  s.hash = h;
+  s.generation = generation;
+  // Reuses the slot's buffer once it has grown.
+  s.key.assign(c.key.words.begin(), c.key.words.begin() + c.key.n);
+  return s.id;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Collectives.
+
+void json_string(std::string_view s, std::string& out) {
+  out.push_back('"');
+  for (char ch : s) {
+    auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(ch);
+    } else if (c < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", c);
+      out += esc;
+    } else {
+      out.push_back(ch);
+    }
+  }
+  out.push_back('"');
+}
+
+void member(std::string& out, const char* key, const std::string& json_value) {
+  if (!out.empty()) out.push_back(',');
+  json_string(key, out);
+  out.push_back(':');
+  out += json_value;
+}
+
+// The keys of torch's record_param_comms args, in the order written: first those Kineto does not
+// copy onto the NCCL kernels, then `Collective name` and those it does (the exporter copies from
+// `Collective name` on).
+constexpr const char* kCommsKeys[] = {
+    "Global rank start",   "Global rank stride",        "Rank",
+    "Is asynchronized op", "Collective name",           "dtype",
+    "In msg nelems",       "Out msg nelems",            "Group size",
+    "In split size",       "Out split size",            "Process Group Name",
+    "Process Group Description", "Process Group Ranks", "Dst Rank",
+    "Src Rank",            "Seq",                       "Comms Id",
+    "Input Tensors start", "Output Tensors start",
+};
+
+// record_param_comms (what ProcessGroupNCCL records around each collective): torch's own args for
+// it, from the collective's debug info, as torch.profiler writes them.
+void param_comms_members(const at::RecordFunction& fn, std::string& out) {
+  auto meta = prof::saveNcclMeta(fn);
+  for (const char* k : kCommsKeys) {
+    auto it = meta.find(k);
+    if (it != meta.end()) member(out, k, it->second);
+  }
+}
+
+// Group name -> global ranks, as the Python side gave them (kinetrace_ops_set_groups).
+std::mutex g_groups_lock;
+std::unordered_map<std::string, std::vector<int64_t>> g_groups;
+
+std::string int_list(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(v[i]);
+  }
+  return s + "]";
+}
+
+// Elements in every tensor of an input: a tensor, a list of them, or a list of such lists.
+int64_t numel(const c10::IValue& v, std::vector<int64_t>* each = nullptr) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    int64_t n = t.defined() ? t.numel() : 0;
+    if (each != nullptr) each->push_back(n);
+    return n;
+  }
+  if (v.isList()) {
+    int64_t n = 0;
+    for (const c10::IValue& e : v.toListRef()) n += numel(e, each);
+    return n;
+  }
+  return 0;
+}
+
+const at::Tensor* first_tensor(const c10::IValue& v) {
+  if (v.isTensor()) return v.toTensor().defined() ? &v.toTensor() : nullptr;
+  if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef()) {
+      if (const at::Tensor* t = first_tensor(e)) return t;
+    }
+  }
+  return nullptr;
+}
+
+bool one_of(const std::string& name, std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    if (name == n) return true;
+  }
+  return false;
+}
+
+// The args ProcessGroupNCCL gives its record_param_comms, derived for a c10d op on any backend
+// from its inputs and process group: gloo (and every backend that records none) gets them too.
+// The collective's name is torch's for the op (ProcessGroupNCCL's names), else the op's own.
+void c10d_members(const at::RecordFunction& fn, std::string_view op, std::string& out) {
+  const auto& schema = fn.operator_schema();
+  auto inputs = fn.inputs();
+  if (!schema || schema->arguments().size() != inputs.size()) return;
+  static const std::unordered_map<std::string_view, const char*> kNames = {
+      {"allreduce_", "allreduce"},
+      {"allreduce_coalesced_", "allreduce_coalesced"},
+      {"broadcast_", "broadcast"},
+      {"reduce_", "reduce"},
+      {"allgather_", "all_gather"},
+      {"_allgather_base_", "_allgather_base"},
+      {"allgather_coalesced_", "allgather_coalesced"},
+      {"allgather_into_tensor_coalesced_", "allgather_into_tensor_coalesced"},
+      {"reduce_scatter_", "reduce_scatter"},
+      {"_reduce_scatter_base_", "_reduce_scatter_base"},
+      {"reduce_scatter_tensor_coalesced_", "reduce_scatter_tensor_coalesced"},
+      {"alltoall_", "all_to_all"},
+      {"alltoall_base_", "all_to_all"},
+      {"gather_", "gather"},
+      {"scatter_", "scatter"},
+      {"barrier", "barrier"},
+      {"monitored_barrier_", "barrier"},
+      {"send", "send"},
+      {"recv_", "recv"},
+      {"recv_any_source_", "recv"},
+  };
+  auto found = kNames.find(op);
+  if (found == kNames.end()) return;
+  std::string coll = found->second;
+  c10d::ProcessGroup* pg = nullptr;
+  int64_t in = 0, out_n = 0, peer = -1;
+  const at::Tensor* first = nullptr;
+  std::vector<int64_t> in_split, out_split;
+  bool list_splits = op == "alltoall_";
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::string& arg = schema->arguments()[i].name();
+    const c10::IValue& v = inputs[i];
+    if (v.isObject() && pg == nullptr) {
+      const c10::IValue& slot = v.toObjectRef().getSlot(0);
+      if (slot.isCapsule()) pg = dynamic_cast<c10d::ProcessGroup*>(slot.toCapsule().get());
+      continue;
+    }
+    bool is_in = one_of(arg, {"tensors", "input_tensors", "input_tensor", "input", "inputs",
+                              "input_list"});
+    bool is_out = one_of(arg, {"tensors", "output_tensors", "output_tensor", "output", "outputs",
+                               "output_lists"});
+    if (is_in) {
+      in += numel(v, list_splits ? &in_split : nullptr);
+      if (first == nullptr) first = first_tensor(v);
+    }
+    if (is_out) out_n += numel(v, list_splits ? &out_split : nullptr);
+    if (arg == "input_split_sizes" && v.isIntList()) in_split = v.toIntVector();
+    if (arg == "output_split_sizes" && v.isIntList()) out_split = v.toIntVector();
+    if (one_of(arg, {"dstRank", "dst_rank", "srcRank", "src_rank"}) && v.isInt()) peer = v.toInt();
+  }
+  if (pg == nullptr) return;
+  bool barrier = coll == "barrier";
+  std::vector<int64_t> ranks;
+  {
+    std::lock_guard<std::mutex> g(g_groups_lock);
+    auto it = g_groups.find(pg->getGroupName());
+    if (it != g_groups.end()) ranks = it->second;
+  }
+  if (!ranks.empty()) {
+    member(out, "Global rank start", std::to_string(ranks[0]));
+    if (ranks.size() > 1) {
+      int64_t stride = ranks[1] - ranks[0];
+      bool even = stride > 0;
+      for (size_t i = 2; i < ranks.size() && even; ++i) even = ranks[i] - ranks[i - 1] == stride;
+      if (even) member(out, "Global rank stride", std::to_string(stride));
+    }
+  }
+  std::string s;
+  json_string(coll, s);
+  member(out, "Collective name", s);
+  s.clear();
+  json_string(barrier || first == nullptr ? "Byte" : c10::toString(first->scalar_type()), s);
+  member(out, "dtype", s);
+  member(out, "In msg nelems", std::to_string(barrier ? 0 : in));
+  member(out, "Out msg nelems", std::to_string(barrier ? 0 : out_n));
+  member(out, "Group size", std::to_string(pg->getSize()));
+  s.clear();
+  json_string(int_list(in_split), s);
+  member(out, "In split size", s);
+  s.clear();
+  json_string(int_list(out_split), s);
+  member(out, "Out split size", s);
+  s.clear();
+  json_string(pg->getGroupName(), s);
+  member(out, "Process Group Name", s);
+  s.clear();
+  json_string(pg->getGroupDesc(), s);
+  member(out, "Process Group Description", s);
+  s.clear();
+  json_string(int_list(ranks), s);
+  member(out, "Process Group Ranks", s);
+  if (peer >= 0 && peer < static_cast<int64_t>(ranks.size())) {
+    member(out, coll == "send" ? "Dst Rank" : "Src Rank", std::to_string(ranks[peer]));
+  }
+}
+
+// An op's args formatted afresh (collectives: rare, and their groups' ranks may change).
+thread_local std::string t_text;
+
+uint32_t collective_args(const at::RecordFunction& fn, std::string_view name, bool param_comms) {
+  std::string& out = t_text;
+  out.clear();
+  auto inputs = fn.inputs();
+  if (g_shapes && !inputs.empty()) format_shapes(inputs, out);
+  if (param_comms) {
+    param_comms_members(fn, out);
+  } else if (g_shapes) {
+    c10d_members(fn, name.substr(kC10d.size()), out);
+  }
+  return intern(out);
+}
+
+// ---------------------------------------------------------------------------------------------
 
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   try {
-    const char* dims = nullptr;
-    size_t dims_len = 0;
-    // No inputs, no `Input Dims` (autograd's evaluate_function ranges), as torch.profiler.
-    if (g_shapes && fn.needsInputs() && !fn.inputs().empty()) {
-      try {
-        format_dims(fn);
-        dims = t_dims.data();
-        dims_len = t_dims.size();
-      } catch (...) {
-        // Sizes that cannot be read as numbers (symbolic ones): the op without its shapes.
-      }
+    const char* name = fn.name();
+    std::string_view n(name);
+    uint32_t flags = 0;
+    uint32_t args = 0;
+    switch (fn.scope()) {
+      case at::RecordScope::USER_SCOPE:
+        flags |= kAnnotation;
+        break;
+      case at::RecordScope::BACKWARD_FUNCTION:
+        flags |= kBackward;
+        break;
+      case at::RecordScope::FUNCTION:
+        if (n.size() > kEvaluatePrefix.size() && n[1] == 'u' && n.starts_with(kEvaluatePrefix)) {
+          flags |= kEvaluate;
+        }
+        break;
+      default:
+        break;
     }
-    uint32_t flags = fn.scope() == at::RecordScope::USER_SCOPE ? kAnnotation : 0;
-    g_begin(&fn, fn.name(), fn.seqNr(), flags, dims, dims_len);
+    try {
+      if (n[0] == 'r' && n == kParamComms) {
+        args = collective_args(fn, n, true);
+      } else if (g_shapes && fn.needsInputs() && !fn.inputs().empty()) {
+        args = n[0] == 'c' && n.starts_with(kC10d) ? collective_args(fn, n, false)
+                                                   : shape_args(fn);
+      }
+    } catch (...) {
+      // Inputs that cannot be read (symbolic sizes): the op without its args.
+    }
+    g_begin(&fn, name, fn.seqNr(), flags, args);
   } catch (...) {
   }
   // No context: the shim pairs the end with its start by the RecordFunction's address.
@@ -104,6 +588,12 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   }
 }
 
+template <typename T>
+bool find(T& f, const char* name) {
+  f = reinterpret_cast<T>(dlsym(RTLD_DEFAULT, name));
+  return f != nullptr;
+}
+
 }  // namespace
 
 extern "C" {
@@ -112,16 +602,17 @@ extern "C" {
 // shim's entry points are not in the process or PyTorch refused.
 __attribute__((visibility("default"))) uint64_t kinetrace_ops_enable(int shapes) {
   try {
-    if (g_begin == nullptr || g_end == nullptr) {
-      g_begin = reinterpret_cast<BeginFn>(dlsym(RTLD_DEFAULT, "kinetrace_op_begin"));
-      g_end = reinterpret_cast<EndFn>(dlsym(RTLD_DEFAULT, "kinetrace_op_end"));
-      if (g_begin == nullptr || g_end == nullptr) {
-        g_begin = nullptr;
-        g_end = nullptr;
+    if (g_begin == nullptr) {
+      BeginFn begin;
+      if (!find(begin, "kinetrace_op_begin") || !find(g_end, "kinetrace_op_end") ||
+          !find(g_args, "kinetrace_op_args") ||
+          !find(g_generation, "kinetrace_op_args_generation")) {
         return 0;
       }
+      g_begin = begin;
     }
     g_shapes = shapes != 0;
+    g_concrete = prof::get_record_concrete_inputs_enabled();
     // Every scope, as torch.profiler records them; ids (sequence numbers) come with every
     // RecordFunction, so needsIds stays off.
     return at::addGlobalCallback(
@@ -141,6 +632,35 @@ __attribute__((visibility("default"))) int kinetrace_ops_disable(uint64_t handle
   }
 }
 
+// The process groups' global ranks, for the args of c10d ops: one line per group,
+// `<name>\t<rank>,<rank>,…`. Replaces what was given before. 1 when done.
+__attribute__((visibility("default"))) int kinetrace_ops_set_groups(const char* text) {
+  try {
+    std::unordered_map<std::string, std::vector<int64_t>> groups;
+    std::string_view rest(text == nullptr ? "" : text);
+    while (!rest.empty()) {
+      auto eol = rest.find('\n');
+      std::string_view line = rest.substr(0, eol);
+      rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 1);
+      auto tab = line.find('\t');
+      if (tab == std::string_view::npos) continue;
+      std::vector<int64_t> ranks;
+      std::string_view list = line.substr(tab + 1);
+      while (!list.empty()) {
+        auto comma = list.find(',');
+        ranks.push_back(std::stoll(std::string(list.substr(0, comma))));
+        list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+      }
+      groups[std::string(line.substr(0, tab))] = std::move(ranks);
+    }
+    std::lock_guard<std::mutex> g(g_groups_lock);
+    g_groups = std::move(groups);
+    return 1;
+  } catch (...) {
+    return 0;
+  }
+}
+
 // The entry points' contract version: the loader refuses a cached build with another.
-__attribute__((visibility("default"))) int kinetrace_ops_abi() { return 1; }
+__attribute__((visibility("default"))) int kinetrace_ops_abi() { return 2; }
 }

@@ -34,6 +34,27 @@ _exit_registered = False
 # The compiled recorder: its library (False: not usable, NVTX instead) and its callback's handle.
 _ext_lib = None
 _ext_handle = 0
+# The process groups' ranks (`name\tr0,r1,…` lines, see _dist.py), and whether the recorder has them.
+_groups = None
+_groups_given = False
+
+
+def set_groups(text):
+    """The process groups' global ranks, for the args of c10d ops (the recorder's
+    `Process Group Ranks`): given to the recorder now if it is loaded, else when it is."""
+    global _groups, _groups_given
+    _groups = text
+    _groups_given = False
+    _give_groups()
+
+
+def _give_groups():
+    global _groups_given
+    if _ext_lib and _groups is not None and not _groups_given:
+        try:
+            _groups_given = bool(_ext_lib.kinetrace_ops_set_groups(_groups.encode("utf-8")))
+        except Exception:
+            pass
 
 
 def _log(lib, message):
@@ -119,6 +140,7 @@ def _enable_recorder(torch, lib, shapes):
                 _log(lib, "PyTorch ops through NVTX ranges (costlier per op): %s" % (e,))
     if not _ext_lib:
         return False
+    _give_groups()
     handle = _ext_lib.kinetrace_ops_enable(1 if shapes else 0)
     if not handle:
         _ext_lib = False

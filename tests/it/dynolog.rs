@@ -131,7 +131,7 @@ fn a_duration_request_is_captured_into_the_requested_file() {
                 0,
                 &format!(
                     "\n    ACTIVITIES_LOG_FILE={dir}/run/trace.json\nPROFILE_START_TIME={}\n\
-                     ACTIVITIES_DURATION_MSECS=300\nPROFILE_REPORT_INPUT_SHAPES=false\n\
+                     ACTIVITIES_DURATION_MSECS=300\nPROFILE_REPORT_INPUT_SHAPES=true\n\
                      PROFILE_WITH_STACK=true\nPROFILE_WITH_FLOPS=false\nPROFILE_WITH_MODULES=false\n\
                      \x20   REQUEST_TRACE_ID=4f2a\n",
                     now_ms()
@@ -149,8 +149,15 @@ fn a_duration_request_is_captured_into_the_requested_file() {
             let not_applied = trace.meta("dynolog_not_applied").unwrap_or("");
             assert!(
                 not_applied.contains("PROFILE_WITH_STACK=true")
-                    && not_applied.contains("PROFILE_REPORT_INPUT_SHAPES=false"),
+                    && !not_applied.contains("PROFILE_REPORT_INPUT_SHAPES"),
                 "{not_applied}"
+            );
+            // The request's input shapes were applied to its capture (the profiler's own: off).
+            assert_eq!(
+                trace.json["record_shapes"],
+                1,
+                "the head of {}",
+                path.display()
             );
             let polls = daemon.polls();
             let first = &polls[0];
@@ -427,7 +434,7 @@ fn malformed_requests_and_missing_opt_ins_are_one_line_each() {
                 )
             });
             let said = lines.with("request ignored");
-            assert!(said[0].contains("ACTIVITIES_LOG_FILE: `/etc/cron.d/x.json` is not allowed; expected a file path under"), "{said:?}");
+            assert!(said[0].contains("ACTIVITIES_LOG_FILE: `/etc/cron.d/x.json` is not allowed (outside the on-demand directory); expected a path under"), "{said:?}");
             assert_eq!(
                 said[1],
                 "dynolog: request ignored: ACTIVITIES_DURATION_MSECS: `soon` is not an integer number of milliseconds >= 1, such as 500"
@@ -454,4 +461,189 @@ fn malformed_requests_and_missing_opt_ins_are_one_line_each() {
             );
         },
     );
+}
+
+/// A request naming its file through a symlinked directory, through a directory other users may
+/// write to, or with a name that does not end in `.json` / `.json.gz` is refused with one line, and
+/// nothing is written there; a proper request after them is captured.
+#[test]
+fn requests_through_a_symlink_an_open_directory_or_to_a_non_json_name_are_refused() {
+    let test =
+        "dynolog::requests_through_a_symlink_an_open_directory_or_to_a_non_json_name_are_refused";
+    let name = daemon_name("paths");
+    let dir = tempfile::tempdir().unwrap();
+    in_child(test, &child_env(&name, dir.path(), &[]), || {
+        use std::os::unix::fs::PermissionsExt;
+        let daemon = FakeDynolog::abstract_name(&var("_KINETRACE_TEST_DYNOLOG_NAME"));
+        let dir = PathBuf::from(var("KINETO_ONDEMAND_TRACE_DIR"));
+        let victim = dir.join("victim");
+        std::fs::create_dir(&victim).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join("link")).unwrap();
+        std::fs::create_dir(dir.join("shared")).unwrap();
+        std::fs::set_permissions(dir.join("shared"), std::fs::Permissions::from_mode(0o777))
+            .unwrap();
+        let lines = Lines::default();
+        let p = profiler(&lines);
+        for f in ["link/t.json", "shared/t.json", "bashrc"] {
+            daemon.queue(
+                0,
+                0,
+                &format!(
+                    "ACTIVITIES_LOG_FILE={}/{f}\nPROFILE_START_ITERATION=0\nACTIVITIES_ITERATIONS=1",
+                    dir.display()
+                ),
+            );
+        }
+        daemon.queue(
+            0,
+            0,
+            &format!(
+                "ACTIVITIES_LOG_FILE={}/fine/t.json\nPROFILE_START_ITERATION=0\nACTIVITIES_ITERATIONS=1",
+                dir.display()
+            ),
+        );
+        let good = dir.join(format!("fine/t_{}.json", std::process::id()));
+        training(&p, || wait_for_trace(&good, &daemon, &lines));
+        let refused = lines.with("ACTIVITIES_LOG_FILE");
+        assert_eq!(refused.len(), 3, "{refused:?}");
+        assert!(refused[0].contains("link is a symlink"), "{refused:?}");
+        assert!(
+            refused[1].contains("shared is writable by other users"),
+            "{refused:?}"
+        );
+        assert!(
+            refused[2].contains("must end in .json or .json.gz"),
+            "{refused:?}"
+        );
+        for d in [&victim, &dir.join("shared")] {
+            let written: Vec<_> = std::fs::read_dir(d).unwrap().collect();
+            assert!(
+                written.is_empty(),
+                "written into {}: {written:?}",
+                d.display()
+            );
+        }
+        let mut top: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        top.sort();
+        assert_eq!(top, ["fine", "link", "shared", "victim"]);
+        p.stop();
+    });
+}
+
+/// Set in the second user's copy of this binary: it plays a hostile daemon.
+const HOSTILE: &str = "_KINETRACE_TEST_HOSTILE_DYNOLOG";
+
+/// As the second user: binds the daemon's name, answers every poll with the request in
+/// `_KINETRACE_TEST_HOSTILE_CONFIG` until the file `_KINETRACE_TEST_HOSTILE_STOP` exists.
+fn play_hostile_daemon() {
+    use std::io::Write;
+    let daemon = FakeDynolog::abstract_name(&var(HOSTILE));
+    let config = var("_KINETRACE_TEST_HOSTILE_CONFIG");
+    for _ in 0..1000 {
+        daemon.queue(0, 0, &config);
+    }
+    println!("bound as uid {}", kinetrace_test_support::users::euid());
+    let _ = std::io::stdout().flush();
+    let stop = PathBuf::from(var("_KINETRACE_TEST_HOSTILE_STOP"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    while !stop.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!("answered {} polls", daemon.polls().len());
+}
+
+/// Another local user binds the abstract name `dynolog` before the daemon (not started yet, or
+/// restarting) and answers the job's poll with a request: the root job drops it with one line and
+/// writes nothing, however well-formed the request. Only with `KINETRACE_DYNOLOG_UID` naming that
+/// user is the same reply taken.
+#[test]
+fn a_reply_from_another_user_holding_the_daemon_name_is_dropped() {
+    let test = "dynolog::a_reply_from_another_user_holding_the_daemon_name_is_dropped";
+    if std::env::var_os(HOSTILE).is_some() {
+        return play_hostile_daemon();
+    }
+    let in_job = kinetrace_test_support::process::is_child(test);
+    let job = || {
+        let dir = PathBuf::from(var("KINETO_ONDEMAND_TRACE_DIR"));
+        let other: u32 = var("_KINETRACE_TEST_OTHER_UID").parse().unwrap();
+        let allowed = !var("KINETRACE_DYNOLOG_UID").is_empty();
+        let lines = Lines::default();
+        let p = profiler(&lines);
+        let trace = dir.join(format!("fine/t_{}.json", std::process::id()));
+        if allowed {
+            training(&p, || wait_for_trace_alone(&trace, &lines));
+            p.stop();
+            return;
+        }
+        training(&p, || {
+            wait_until(
+                "the stranger's reply dropped (or, wrongly, taken)",
+                || !lines.with("dropped a reply").is_empty() || dir.join("fine").exists(),
+                || format!("log {:?}", lines.all()),
+            );
+            // Polls go on every 50 ms and each gets the request: a second chance to take it.
+            std::thread::sleep(Duration::from_millis(1000));
+        });
+        p.stop();
+        let dropped = lines.with("dropped a reply");
+        assert_eq!(dropped.len(), 1, "one line: {:?}", lines.all());
+        assert!(
+            dropped[0].contains(&format!("from uid {other} ")),
+            "{dropped:?}"
+        );
+        assert!(!dir.join("fine").exists(), "{:?}", lines.all());
+        assert!(lines.with("capturing").is_empty(), "{:?}", lines.all());
+    };
+    if in_job {
+        return job();
+    }
+    let Some(other) = kinetrace_test_support::users::other_user(test) else {
+        return;
+    };
+    let name = daemon_name("hostile");
+    let dir = tempfile::tempdir().unwrap();
+    let shared = other.world_dir();
+    let stop = shared.path().join("stop");
+    let (_stage, exe) = other.stage(&std::env::current_exe().unwrap());
+    let config = format!(
+        "ACTIVITIES_LOG_FILE={}/fine/t.json\nPROFILE_START_ITERATION=0\nACTIVITIES_ITERATIONS=1\n\
+         REQUEST_TRACE_ID=4f2a",
+        dir.path().display()
+    );
+    let mut c = other.command(&exe);
+    c.args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(HOSTILE, &name)
+        .env("_KINETRACE_TEST_HOSTILE_CONFIG", &config)
+        .env("_KINETRACE_TEST_HOSTILE_STOP", &stop)
+        .current_dir(shared.path())
+        .stdin(std::process::Stdio::null());
+    let mut hostile = kinetrace_test_support::process::Job::spawn(c);
+    hostile.wait_until("the hostile daemon bound", |j| {
+        j.stdout_so_far().contains("bound as uid")
+    });
+    let uid = other.uid.to_string();
+    for allowed in ["", uid.as_str()] {
+        let mut env = child_env(&name, dir.path(), &[("_KINETRACE_TEST_OTHER_UID", &uid)]);
+        env.push(("KINETRACE_DYNOLOG_UID", allowed));
+        in_child(test, &env, || unreachable!("the child runs `job`"));
+    }
+    std::fs::write(&stop, "").unwrap();
+    let out = hostile.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn wait_for_trace_alone(path: &Path, lines: &Lines) -> Trace {
+    wait_until(
+        &format!("the requested trace {}", path.display()),
+        || path.exists(),
+        || format!("log: {:?}", lines.all()),
+    );
+    Trace::load(path)
 }

@@ -1,8 +1,9 @@
 //! The exact JSON for a small session, pinned by a golden file, and escaping of hostile names.
 
 use kinetrace::activity::*;
-use kinetrace::export::render_trace;
-use kinetrace::{intern, TraceMeta, UnixNanos};
+use kinetrace::export::{render_trace, TraceEncoder};
+use kinetrace::{intern, TraceMeta, UnixNanos, WindowInfo};
+use kinetrace_test_support::trace::{key_position, top_level_keys};
 
 const BASE: u64 = 1_790_857_026_000_000_000;
 
@@ -270,28 +271,31 @@ fn small_session_matches_the_golden_file() {
         .expect("golden file (regenerate with KINETRACE_UPDATE_GOLDEN=1)");
     assert_eq!(got, want, "trace differs from {}; if the change is intended, rerun with KINETRACE_UPDATE_GOLDEN=1 and review the diff", path.display());
     // And it is valid JSON, written in one pass: what is known when the window opens before
-    // `traceEvents`, what is known only at its end after.
+    // `traceEvents` (the devices too, as Kineto writes them), what is known only at its end after.
     let v: serde_json::Value = serde_json::from_str(&got).unwrap();
     assert_eq!(
         v["traceEvents"].as_array().unwrap().last().unwrap()["name"],
         "Record Window End"
     );
+    let keys = top_level_keys(&got);
     let order = [
-        "\"schemaVersion\"",
-        "\"distributedInfo\"",
-        "\"displayTimeUnit\"",
-        "\"baseTimeNanoseconds\"",
-        "\"traceEvents\"",
-        "\"deviceProperties\"",
-        "\"trace_id\"",
-        "\"dropped_events\"",
-        "\"traceName\"",
+        "schemaVersion",
+        "deviceProperties",
+        "distributedInfo",
+        "displayTimeUnit",
+        "baseTimeNanoseconds",
+        "traceEvents",
+        "trace_id",
+        "dropped_events",
+        "traceName",
     ];
-    let pos: Vec<usize> = order.iter().map(|k| got.find(k).unwrap()).collect();
-    assert!(pos.windows(2).all(|w| w[0] < w[1]), "{pos:?}");
-    // HTA reads the file line by line and takes the first `"rank":\s+(\d+)`: it is on line 3.
+    let pos: Vec<usize> = order.iter().map(|k| key_position(&keys, k)).collect();
+    assert!(pos.windows(2).all(|w| w[0] < w[1]), "{keys:?}");
+    assert_eq!(pos[..2], [0, 1], "{keys:?}");
+    // HTA reads the file line by line and takes the first `"rank":\s+(\d+)`: it is on line 4,
+    // after the one device (one per line).
     let rank_line = got.lines().position(|l| l.contains("\"rank\": ")).unwrap();
-    assert_eq!(rank_line, 2);
+    assert_eq!(rank_line, 5);
     assert!(got.contains("\n  \"distributedInfo\": {\"rank\": 1, \"world_size\": 2},\n"));
     // Times are relative to baseTimeNanoseconds with exactly three decimals.
     assert!(got.contains("\"ts\":1.123,\"dur\":89.000"));
@@ -341,4 +345,86 @@ fn hostile_names_are_escaped_into_valid_json() {
         ]
     );
     assert_eq!(v["traceName"], "weird \"name\".json");
+}
+
+fn gpu(id: u32) -> DeviceProperties {
+    DeviceProperties {
+        id,
+        name: format!("GPU {id}"),
+        num_sms: 8,
+        warp_size: 32,
+        ..Default::default()
+    }
+}
+
+/// A trace whose window opened knowing `at_open` and ended knowing `at_end`.
+fn devices_trace(at_open: &[u32], at_end: &[u32]) -> String {
+    let window = WindowInfo {
+        devices: at_open.iter().map(|&d| gpu(d)).collect(),
+        ..Default::default()
+    };
+    let meta = TraceMeta {
+        devices: at_end.iter().map(|&d| gpu(d)).collect(),
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    let enc = TraceEncoder::begin(&window, BASE, &mut out);
+    enc.finish(&meta, "t.json", &mut out);
+    String::from_utf8(out).unwrap()
+}
+
+fn device_ids(v: &serde_json::Value) -> Vec<u64> {
+    v["deviceProperties"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_u64().unwrap())
+        .collect()
+}
+
+/// `deviceProperties` goes in the head when the devices are known as the window opens (Kineto
+/// writes it there, and streaming readers read it there), after `traceEvents` only when they were
+/// first seen later; a device first seen after the head listed others makes the tail list them
+/// all again, so a reader keeping the last value of a key (serde_json, Python's `json`) has every
+/// device and a streaming reader the head's.
+#[test]
+fn device_properties_go_in_the_head_when_known_as_the_window_opens() {
+    let keys_of = |t: &str| {
+        let keys = top_level_keys(t);
+        let at = |k: &str| -> Vec<usize> {
+            keys.iter()
+                .enumerate()
+                .filter(|(_, x)| *x == k)
+                .map(|(i, _)| i)
+                .collect()
+        };
+        (at("deviceProperties"), key_position(&keys, "traceEvents"))
+    };
+    // Known at the open: head only.
+    let t = devices_trace(&[0, 1], &[0, 1]);
+    let (devices, events) = keys_of(&t);
+    assert!(devices == [1] && events > 1, "{t}");
+    let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+    assert_eq!(device_ids(&v), [0, 1]);
+    // First seen during the window (CUDA initialised inside it): tail only.
+    let t = devices_trace(&[], &[0, 1]);
+    let (devices, events) = keys_of(&t);
+    assert!(devices.len() == 1 && devices[0] > events, "{t}");
+    assert_eq!(device_ids(&serde_json::from_str(&t).unwrap()), [0, 1]);
+    // No GPU: `[]` at the end, as Kineto writes for CPU-only runs.
+    let t = devices_trace(&[], &[]);
+    let (devices, events) = keys_of(&t);
+    assert!(devices.len() == 1 && devices[0] > events, "{t}");
+    assert!(device_ids(&serde_json::from_str(&t).unwrap()).is_empty());
+    // One more device appeared after the head was written: the whole list again at the end.
+    let t = devices_trace(&[0], &[0, 1]);
+    let (devices, events) = keys_of(&t);
+    assert_eq!(devices.len(), 2, "{t}");
+    assert!(devices[0] < events && devices[1] > events, "{t}");
+    assert_eq!(device_ids(&serde_json::from_str(&t).unwrap()), [0, 1]);
+    // kinetrace's own reader takes the trace too.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("late.pt.trace.json");
+    std::fs::write(&p, &t).unwrap();
+    kinetrace::export::read_trace(&p).unwrap();
 }

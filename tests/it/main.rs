@@ -7,6 +7,7 @@ mod docs;
 mod dynolog;
 mod format;
 mod layer;
+mod local_users;
 mod pipeline;
 mod util;
 mod workspace;

@@ -5,14 +5,18 @@ use std::path::Path;
 /// (package, kinetrace packages it may depend on: normal and build dependencies).
 ///
 /// The direction: core ← export ← analysis; core, cupti-sys ← cupti; core, rocprofiler-sdk-sys,
-/// roctracer-sys ← rocm; core, export ← dynolog (the dynolog client); the facade (`kinetrace`) →
+/// roctracer-sys ← rocm; core, export ← dynolog (the dynolog client); export ← perfetto (the
+/// `.pftrace` converter reads through the trace reader); the facade (`kinetrace`) →
 /// core, export, cupti, rocm, dynolog, perfetto; the injected-process runtime (`kinetrace-agent`)
 /// → facade (+ core, export); the shim (`kinetrace-preload`) → agent only; the cli → agent,
 /// facade, analysis, perfetto (+ core, export).
-/// Nothing depends on cli or preload, and only tests depend on the test doubles.
+/// Nothing depends on cli or preload, and only tests depend on the test doubles. Every file
+/// kinetrace creates goes through `kinetrace-files`, which depends on nothing of ours; export,
+/// perfetto, dynolog, agent and cli use it.
 const ALLOWED: &[(&str, &[&str])] = &[
     ("kinetrace-core", &[]),
-    ("kinetrace-export", &["kinetrace-core"]),
+    ("kinetrace-files", &[]),
+    ("kinetrace-export", &["kinetrace-core", "kinetrace-files"]),
     (
         "kinetrace-analysis",
         &["kinetrace-export", "kinetrace-core"],
@@ -26,6 +30,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "kinetrace-perfetto",
             "kinetrace-export",
             "kinetrace-core",
+            "kinetrace-files",
         ],
     ),
     (
@@ -39,12 +44,24 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "kinetrace-perfetto",
         ],
     ),
-    ("kinetrace-dynolog", &["kinetrace-core", "kinetrace-export"]),
-    // The Perfetto format: JSON in, protobuf out, no kinetrace dependency.
-    ("kinetrace-perfetto", &[]),
+    (
+        "kinetrace-dynolog",
+        &["kinetrace-core", "kinetrace-export", "kinetrace-files"],
+    ),
+    // The Perfetto format: Kineto JSON in through the trace reader (its input layer and limits),
+    // protobuf out (files through kinetrace-files).
+    (
+        "kinetrace-perfetto",
+        &["kinetrace-export", "kinetrace-core", "kinetrace-files"],
+    ),
     (
         "kinetrace-agent",
-        &["kinetrace", "kinetrace-core", "kinetrace-export"],
+        &[
+            "kinetrace",
+            "kinetrace-core",
+            "kinetrace-export",
+            "kinetrace-files",
+        ],
     ),
     ("kinetrace-cupti-sys", &[]),
     (
@@ -81,6 +98,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
 const DEV_ALLOWED: &[(&str, &[&str])] = &[
     // Core and export sit below the test support crate, so their tests cannot use it.
     ("kinetrace-core", &[]),
+    ("kinetrace-files", &[]),
     ("kinetrace-export", &[]),
     ("kinetrace-analysis", &["kinetrace-test-support"]),
     ("kinetrace-cli", &["kinetrace-test-support"]),

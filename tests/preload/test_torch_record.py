@@ -15,9 +15,11 @@ Each run must print the same stdout and exit with the same code.
 The framework view (ATen ops compared with torch.profiler's) is checked through both routes ops take
 into kinetrace: the compiled RecordFunction recorder (`python/kinetrace/_ops_ext.cpp`, built once per
 session by the `built` fixture, timed, into a private cache dir) and PyTorch's NVTX ranges; and the
-fallback to NVTX when the recorder cannot be built (a compiler that fails). Under `CI=true` a
+fallback to NVTX when the recorder cannot be built (a compiler that fails); and a build for the run
+only, in record's private directory, when the cache is not this user's alone. Under `CI=true` a
 recorder that does not build fails the tests; elsewhere (no C++ compiler, say) the recorder's cases
-are skipped with the reason.
+are skipped with the reason. What other local users could do to the cache is tested without torch
+in crates/preload/tests/torch_ext.rs.
 
 Required (a missing venv fails) when `KINETRACE_TORCH_TESTS=1` or `CI=true` is set; otherwise it runs
 when the torch venv (~5 GB) exists and is skipped, with the reason, when it does not. The pytest
@@ -96,10 +98,15 @@ def _target_dir() -> Path:
 
 # The recorder's cache for the session (`built` sets it): every run's XDG_CACHE_HOME.
 EXT_CACHE = {}
+# What `build_once` built, for every test module of the session.
+_BUILT = {}
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def build_once(tmp_path_factory):
+    """Builds the shim, `kinetrace` and the compiled op recorder once per pytest session (other
+    real-torch test files share it through their own `built` fixtures)."""
+    if _BUILT:
+        return _BUILT
     subprocess.run(
         ["cargo", "build", "--quiet", "--release", "-p", "kinetrace-preload", "-p", "kinetrace-cli"],
         cwd=ROOT, check=True, timeout=1800,
@@ -115,8 +122,14 @@ def built(tmp_path_factory):
     print(f"op recorder build: {time.monotonic() - t:.1f} s, exit {ext.returncode}: "
           f"{ext.stderr.strip()}")
     # record finds the shim next to its executable, as in an install.
-    return {"kinetrace": release / "kinetrace", "shim": release / "libkinetrace.so",
-            "recorder": ext.returncode == 0, "recorder_error": ext.stderr.strip()}
+    _BUILT.update({"kinetrace": release / "kinetrace", "shim": release / "libkinetrace.so",
+                   "recorder": ext.returncode == 0, "recorder_error": ext.stderr.strip()})
+    return _BUILT
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    return build_once(tmp_path_factory)
 
 
 def _no_recorder(built):
@@ -270,11 +283,15 @@ print("trained")
 # Deliberate differences from torch.profiler's trace, listed here and in docs/record.md:
 # - `ProfilerStep#N` is kinetrace's own (it has one per step too); `nn.Module: …` ranges are
 #   user_annotation events (torch.profiler writes them as python_function with with_stack).
-# - A TensorList input's shapes are flattened by PyTorch's NVTX message (`aten::broadcast_tensors`:
-#   [[64, 1], [64, 1]] where torch.profiler writes [[[64, 1], [64, 1]]]).
-# - No `Input type`, `Input Strides`, `Concrete Inputs`, `Record function id`, `Ev Idx`, `Fwd thread
-#   id` args: the NVTX message carries only the name, sequence number and shapes.
+# - Through NVTX ranges (the fallback route) a TensorList input's shapes are flattened by
+#   PyTorch's NVTX message (`aten::broadcast_tensors`: [[64, 1], [64, 1]] where torch.profiler
+#   writes [[[64, 1], [64, 1]]]), and there is no `Input type`, `Input Strides` or `Concrete
+#   Inputs`: the message carries only the name, sequence number and shapes. The recorder writes
+#   all four as torch.profiler does.
+# - No `Record function id`, `Ev Idx`, `Fwd thread id` args.
 FLATTENED_LISTS = {"aten::broadcast_tensors"}
+# The args record_shapes adds, each compared op by op (the NVTX route: `Input Dims` only).
+SHAPE_ARGS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
 
 
 def _x_events(trace):
@@ -407,18 +424,27 @@ def test_pytorch_ops_under_record_read_like_torch_profiler(built, tmp_path, rout
     averages.pop("ProfilerStep*")
     assert _key_averages_counts(xs) == averages
 
-    # Input Dims as record_shapes writes them, op by op.
+    # What record_shapes writes, op by op: all four args through the recorder, TensorLists
+    # nested; Input Dims through NVTX, but for the lists its message flattens.
+    keys = SHAPE_ARGS if route == "recorder" else SHAPE_ARGS[:1]
+    skip = set() if route == "recorder" else FLATTENED_LISTS
+
     def dims(xs):
         out = {}
         for e in xs:
-            if e.get("cat") == "cpu_op" and e["name"] not in FLATTENED_LISTS:
-                key = (e["name"], json.dumps(e.get("args", {}).get("Input Dims")))
+            if e.get("cat") == "cpu_op" and e["name"] not in skip:
+                key = (e["name"],) + tuple(json.dumps(e.get("args", {}).get(k)) for k in keys)
                 out[key] = out.get(key, 0) + 1
         return out
 
     assert dims(xs) == dims(peer_xs)
     addmm = next(e for e in xs if e["name"] == "aten::addmm")
     assert addmm["args"]["Input Dims"] == [[32], [64, 16], [16, 32], [], []], addmm
+    if route == "recorder":
+        assert addmm["args"]["Concrete Inputs"] == ["", "", "", "1", "1"], addmm
+        broadcast = next(e for e in xs if e["name"] == "aten::broadcast_tensors")
+        assert broadcast["args"]["Input Dims"] == [[[64, 1], [64, 1]]], broadcast
+        assert broadcast["args"]["Input type"] == ["TensorList"], broadcast
 
     # Forward ops link to their backward functions as in torch.profiler's trace.
     flows = _fwdbwd(events, xs)
@@ -504,6 +530,41 @@ def test_pytorch_ops_fall_back_to_nvtx_when_the_recorder_cannot_build(built, tmp
                  dict(env, PYTHONPATH=str(ROOT / "python")), tmp_path)
     assert again.returncode == 1, again.stderr
     assert "an earlier build for this torch failed" in again.stderr, again.stderr
+
+
+def test_without_a_usable_cache_record_builds_the_recorder_for_the_run_only(built, tmp_path):
+    if not built["recorder"]:
+        _no_recorder(built)
+    script = tmp_path / "train_ops.py"
+    script.write_text(OPS_TRAIN)
+    env = _env(tmp_path)
+    # A cache directory others can write to (a shared XDG_CACHE_HOME): neither used nor written.
+    shared = tmp_path / "shared-cache"
+    shared.mkdir()
+    shared.chmod(0o777)
+    env["XDG_CACHE_HOME"] = str(shared)
+    out, log = tmp_path / "traces", tmp_path / "kinetrace.log"
+    rec = _run(
+        [str(built["kinetrace"]), "record", "--iterations", "3", "--start-iteration", "2",
+         "-o", str(out), "--log", str(log), "--no-summary", "--",
+         str(TORCH_PYTHON), str(script), "record"],
+        env, tmp_path,
+    )
+    assert rec.returncode == 0, rec.stderr
+    assert rec.stdout == "trained\n", rec.stdout
+    # One line: built into record's private per-run directory, and why not into the cache.
+    said = [l for l in rec.stderr.splitlines() if l.startswith("kinetrace: built the PyTorch op")]
+    assert len(said) == 1, rec.stderr
+    assert (", for this run only: no usable cache: %s is writable by its group or others"
+            % shared) in said[0], said[0]
+    assert RECORDER_LINE in log.read_text(), log.read_text()
+    (trace,) = _traces(out)
+    _, xs = _x_events(trace)
+    assert _framework_ops(xs)["aten::addmm"] == ("cpu_op", 9)
+    assert list(shared.iterdir()) == []
+    # For the run only: it went with record's directory.
+    built_at = said[0].split(" s (", 1)[1].split(", for this run only")[0]
+    assert built_at.endswith(".so") and not os.path.exists(built_at), said[0]
 
 
 FORK = r"""

@@ -23,10 +23,13 @@ The life of a process ([`state`] draws it):
   start afresh.
 - At exit ([`at_exit`]), when a Python interpreter finalises (Ctrl-C's KeyboardInterrupt ends
   Python past C's exit handlers), and when SIGINT, SIGTERM or SIGHUP ends the process
-  ([`at_fatal_signal`]), a capture in progress is saved within [`EXIT_BUDGET`]; past it the
-  unfinished files are removed and the process ends anyway, leaving no partial trace.
-- Starting also removes, on a helper thread, what processes of the same user on this host left
-  when they were killed or left with `_exit` (spools, temporary traces, control sockets).
+  ([`at_fatal_signal`]), a capture in progress (the preloaded shim's, or a `kinetrace.profile`
+  the job never stopped) is saved within [`EXIT_BUDGET`]; past it the unfinished files are
+  removed and the process ends anyway, leaving no partial trace.
+- Starting also removes, on a helper thread, what processes of the same user on this host (and
+  pid namespace) left when they were killed or left with `_exit` (spools, temporary traces,
+  control sockets); the end of the process waits for it within what is left of the same budget,
+  so a short process finishes it too.
 - If another CUPTI client takes over ([`foreign_cupti_client`]) or another tool is injected,
   kinetrace steps aside with one message.
 
@@ -37,17 +40,20 @@ shim's panic hook ([`panicked`]), never on the job's stderr; a panic while start
 off for good.
 
 Files: `process.rs` (the process state and the entry points), `state.rs` (phases and the pure
-transition function), `start.rs` (configuration → profiler), `exit.rs` (the save at the end,
-however the process ends), `serve.rs` (the control thread and requests), `cleanup.rs` (what killed
-processes left), `log.rs` (the log channel and panics), `config/` (the key table and parser),
-`control/` (protocol, server, client, path confinement).
+transition function), `start.rs` (configuration → profiler), `embed.rs` (`kinetrace.profile`'s
+in-process profiler), `exit.rs` (the save at the end, however the process ends), `serve.rs` (the
+control thread and requests), `cleanup.rs` (what killed processes left), `log.rs` (the log channel
+and panics), `ops.rs` (PyTorch's ops as spans), `args.rs` (the check of ops' args texts),
+`config/` (the key table and parser), `control/` (protocol, server, client, path confinement).
 */
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod args;
 mod cleanup;
 pub mod config;
 pub mod control;
+pub mod embed;
 mod exit;
 mod log;
 pub mod ops;
@@ -56,14 +62,15 @@ mod serve;
 mod start;
 pub mod state;
 
+pub use cleanup::process_is_gone;
 pub use exit::signal_name;
 pub use kinetrace::rocm_tool;
 pub use log::{log, panicked, StderrWriter};
 pub use process::{
     after_fork_child, at_exit, at_fatal_signal, cuda_initializing, foreign_cupti_client,
     is_running, nvtx_attach, nvtx_pop, nvtx_push, nvtx_range, range_pop, range_push,
-    set_library_path, set_peer_uid, set_stderr_writer, signal_received, step, torch_state, Install,
-    EXIT_BUDGET,
+    set_distributed_info, set_library_path, set_peer_uid, set_stderr_writer, signal_received, step,
+    torch_state, Install, EXIT_BUDGET,
 };
 pub use serve::SubmitError;
 pub use start::{loaded_cupti_paths, no_cuda_message, StartError, MEMORY_WITHOUT_CUDA};

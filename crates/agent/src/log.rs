@@ -14,9 +14,6 @@ use kinetrace_core::session::LogFn;
 use crate::config::LogTarget;
 use crate::process::PROCESS;
 
-/// `O_NONBLOCK` on Linux (every architecture kinetrace builds for: x86-64, AArch64, POWER, RISC-V).
-const O_NONBLOCK: i32 = 0o4000;
-
 /// Writes bytes to the process's stderr: never panics, ignores errors.
 pub type StderrWriter = fn(&[u8]);
 
@@ -31,6 +28,9 @@ thread_local! {
 
 /// Logs one line through this process's log (see the module docs).
 pub fn log(message: &str) {
+    if let Some(log) = crate::embed::log_fn() {
+        return log(message);
+    }
     match PROCESS.running.get() {
         Some(r) => (r.log)(message),
         None => fallback_log(message),
@@ -67,15 +67,10 @@ pub(crate) fn make_log(target: &LogTarget) -> LogFn {
             let path = path.clone();
             Arc::new(move |m: &str| {
                 use std::io::Write;
-                use std::os::unix::fs::OpenOptionsExt;
                 let line = format!("kinetrace[{}]: {m}\n", std::process::id());
-                // O_NONBLOCK: a FIFO nobody reads fails at once instead of blocking the job (it
-                // changes nothing for regular files).
-                let written = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .custom_flags(O_NONBLOCK)
-                    .open(&path)
+                // Opened with O_NONBLOCK (a FIFO nobody reads fails at once instead of blocking
+                // the job) and without following another user's symlink (kinetrace-files).
+                let written = kinetrace_files::open_append(&path)
                     .and_then(|mut f| f.write_all(line.as_bytes()));
                 if let Err(e) = written {
                     write_stderr(&format!(

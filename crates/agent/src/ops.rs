@@ -20,17 +20,19 @@
 //!
 //! The cheaper route ([`begin`] / [`end`]): a compiled PyTorch extension (`python/kinetrace/
 //! _ops_ext.cpp`) registers a RecordFunction callback inside windows and hands each op over as it
-//! is: the name already interned (the shim caches it by pointer), the sequence number, the shapes
-//! when asked, and the RecordFunction's address as the key its end comes back with. The same stack
-//! holds both routes' ranges and the module ranges, so steps wait for them alike.
+//! is: the name already interned (the shim caches it by pointer), the sequence number, its part in
+//! autograd's backward pass, its args (shapes, types, strides, scalars, a collective's sizes) as
+//! an id the recorder got once per distinct text ([`crate::args`]), and the RecordFunction's
+//! address as the key its end comes back with. The same stack holds both routes' ranges and the
+//! module ranges, so steps wait for them alike.
 
 use std::cell::RefCell;
 
 use kinetrace_core::clock::Ticks;
 use kinetrace_core::recorder::{self, CpuRecord};
-use kinetrace_core::{intern, OpArgs};
+use kinetrace_core::{intern, op_args, OpArgs};
 
-pub use kinetrace_core::NameId;
+pub use kinetrace_core::{ArgsId, AutogradRole, NameId};
 
 /// Deepest nesting tracked per thread; deeper ranges are counted, not recorded.
 const MAX_DEPTH: usize = 512;
@@ -58,7 +60,12 @@ struct Stack {
 
 thread_local! {
     static STACK: RefCell<Stack> = RefCell::new(Stack::default());
+    /// The NVTX route's args text, built here (reused: no allocation per op once grown).
+    static ARGS_TEXT: RefCell<String> = const { RefCell::new(String::new()) };
 }
+
+/// The name prefix of autograd's per-function ranges (see [`AutogradRole::EvaluateFunction`]).
+pub const EVALUATE_FUNCTION: &str = "autograd::engine::evaluate_function: ";
 
 /// A range message, taken apart.
 #[derive(Debug, PartialEq, Eq)]
@@ -167,12 +174,36 @@ pub fn push(message: &str) {
         // `record_function` scopes PyTorch itself opens (`Optimizer.step#SGD.step`) are user
         // annotations in torch.profiler's traces; ops and autograd functions are `cpu_op`s.
         let annotation = !m.torch || m.name.contains('#');
+        // The message has no scope: autograd's ranges are told by name, backward functions as
+        // the numbered ops outside ATen (`AddmmBackward0, seq = 4`).
+        let role = if m.name.starts_with(EVALUATE_FUNCTION) {
+            AutogradRole::EvaluateFunction
+        } else if m.sequence.is_some() && !m.name.starts_with("aten::") {
+            AutogradRole::BackwardFunction
+        } else {
+            AutogradRole::None
+        };
+        let args = m.input_dims.and_then(dims_args);
         (
             intern(m.name),
             annotation,
-            OpArgs::new(m.input_dims.map(intern), m.sequence),
+            OpArgs::new(args, m.sequence).with_role(role),
         )
     });
+}
+
+/// `"Input Dims":…` for shapes the NVTX message carried (already checked to be well formed).
+fn dims_args(dims: &str) -> Option<ArgsId> {
+    ARGS_TEXT
+        .try_with(|t| {
+            let mut t = t.try_borrow_mut().ok()?;
+            t.clear();
+            t.push_str("\"Input Dims\":");
+            t.push_str(dims);
+            op_args::intern(&t)
+        })
+        .ok()
+        .flatten()
 }
 
 /// Interns an op name (the shim's cache of names by pointer calls this on a miss).
@@ -180,15 +211,25 @@ pub fn intern_name(name: &str) -> NameId {
     intern(name)
 }
 
+/// What the compiled extension says of a RecordFunction beside its name and sequence number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Begun {
+    /// A `record_function` range (`USER_SCOPE`): a `user_annotation`, not a `cpu_op`.
+    pub annotation: bool,
+    /// Its part in autograd's backward pass.
+    pub role: AutogradRole,
+    /// Its args text, interned ([`crate::args::intern`]).
+    pub args: Option<ArgsId>,
+}
+
 /// A RecordFunction began on this thread (the compiled extension's start callback): inside a
-/// window a span begins, a `user_annotation` if `annotation` (a `record_function` range), else a
-/// `cpu_op`. `key` (the RecordFunction's address) is what [`end`] is called with. `dims` is the
-/// `Input Dims` JSON text, when shapes are recorded; a negative `sequence` is none.
-pub fn begin(key: usize, name: NameId, sequence: i64, annotation: bool, dims: Option<&str>) {
+/// window a span begins. `key` (the RecordFunction's address) is what [`end`] is called with; a
+/// negative `sequence` is none.
+pub fn begin(key: usize, name: NameId, sequence: i64, what: Begun) {
     open(key, || {
-        let dims = dims.filter(|d| well_formed_dims(d)).map(intern);
         let sequence = u64::try_from(sequence).ok();
-        (name, annotation, OpArgs::new(dims, sequence))
+        let args = OpArgs::new(what.args, sequence).with_role(what.role);
+        (name, what.annotation, args)
     });
 }
 

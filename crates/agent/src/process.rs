@@ -8,7 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kinetrace::Profiler;
 use kinetrace_core::recorder;
@@ -16,7 +16,7 @@ use kinetrace_core::session::LogFn;
 
 use crate::config::{glob_matches, Config};
 use crate::control::PeerUid;
-use crate::exit::{Ending, ExitSave};
+use crate::exit::Ending;
 use crate::log::{fallback_log, on_panic, StderrWriter, STOPS};
 use crate::start::{env_vars, start};
 use crate::state::{Event, Outcome, Phase, PhaseCell};
@@ -38,8 +38,8 @@ pub(crate) struct Running {
     pub stop: Arc<AtomicBool>,
     /// The control socket, removed at exit.
     pub control_path: Mutex<Option<PathBuf>>,
-    /// The save at the end (see `exit.rs`).
-    pub exit: ExitSave,
+    /// The removal of what killed processes left, which exit waits for (bounded).
+    pub cleanup: OnceLock<Arc<crate::cleanup::Cleanup>>,
 }
 
 /// What the embedding (the shim) supplies, once, from its constructor.
@@ -142,6 +142,10 @@ pub fn cuda_initializing() -> Install {
 /// boundary moves to where the outermost of them ends, so that ranges nest in steps as they do in
 /// torch.profiler's traces.
 pub fn step() -> Install {
+    if crate::embed::is_running() {
+        crate::embed::step();
+        return Install::default();
+    }
     if crate::ops::defer_step() {
         return Install::default();
     }
@@ -150,6 +154,9 @@ pub fn step() -> Install {
 
 /// A step boundary, now.
 pub(crate) fn step_now() -> Install {
+    if crate::embed::step_now() {
+        return Install::default();
+    }
     match PROCESS.phase.get() {
         Phase::Forked | Phase::Off => return Install::default(),
         Phase::Child => {
@@ -248,7 +255,7 @@ pub fn nvtx_push(message: &str) -> Install {
         return Install::default();
     };
     let install = nvtx_range(message);
-    if setup.ops && PROCESS.phase.get() == Phase::Running {
+    if setup.ops && is_running() {
         crate::ops::push(message);
     }
     install
@@ -288,7 +295,7 @@ pub fn nvtx_range(message: &str) -> Install {
 /// A range the PyTorch side opens itself (an `nn.Module` forward) on this thread: a
 /// `user_annotation` span inside a window. Closed by [`range_pop`] on the same thread.
 pub fn range_push(name: &str) {
-    if PROCESS.phase.get() == Phase::Running {
+    if is_running() {
         crate::ops::push(name);
     }
 }
@@ -302,6 +309,9 @@ pub fn range_pop() {
 /// open (warming up or recording) and PyTorch's ops are wanted, so its NVTX profiler state should be
 /// on; 2 = with input shapes; 4 = with `nn.Module` ranges. 0 when this process is not profiling.
 pub fn torch_state() -> u32 {
+    if let Some(state) = crate::embed::torch_state() {
+        return state;
+    }
     if PROCESS.phase.get() != Phase::Running {
         return 0;
     }
@@ -310,18 +320,55 @@ pub fn torch_state() -> u32 {
     if !t.ops || !kinetrace_core::recorder::is_active() {
         return 0;
     }
-    1 | (u32::from(t.shapes) << 1) | (u32::from(t.modules) << 2)
+    // The window's own options: a capture request may ask for more or less than the process's.
+    let f = r.profiler.framework_options();
+    1 | (u32::from(f.record_shapes) << 1) | (u32::from(t.modules) << 2)
 }
 
-/// Whether this process is profiling (running, not forked off).
+/// What the job says of its distributed setup, as the JSON object torch.profiler writes as
+/// `distributedInfo` (the Python side builds it from `torch.distributed` when that is initialised
+/// or its groups change): the traces of windows that open from now on write it. A malformed one
+/// is said once in the log and changes nothing. Whether it was taken: `None` when this process
+/// is not profiling (yet), `Some(false)` when malformed.
+pub fn set_distributed_info(json: &str) -> Option<bool> {
+    if PROCESS.phase.get() != Phase::Running {
+        return None;
+    }
+    let r = running()?;
+    match kinetrace::export::parse_distributed_info(json) {
+        Ok(info) => {
+            r.profiler.set_distributed_info(Some(info));
+            Some(true)
+        }
+        Err(e) => {
+            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !SAID.swap(true, Ordering::Relaxed) {
+                (r.log)(&format!(
+                    "python: distributedInfo not used (traces keep the rank and world size from \
+                     the environment): {e}"
+                ));
+            }
+            Some(false)
+        }
+    }
+}
+
+/// Whether this process is profiling (running, not forked off), through the preloaded shim or
+/// `kinetrace.profile`.
 pub fn is_running() -> bool {
-    PROCESS.phase.get() == Phase::Running
+    PROCESS.phase.get() == Phase::Running || crate::embed::is_running()
+}
+
+/// Whether the preloaded shim started (or is starting) profiling this process.
+pub(crate) fn claimed() -> bool {
+    matches!(PROCESS.phase.get(), Phase::Starting | Phase::Running)
 }
 
 /// The atfork child handler: a child of a running (or starting) process profiles nothing; a child
 /// of a dormant one only if it initialises CUDA itself. Returns the control socket's descriptor for
 /// the shim to close. Only atomics are touched (async-signal-safe).
 pub fn after_fork_child() -> Option<i32> {
+    crate::embed::after_fork_child();
     match PROCESS.phase.apply(Event::ForkChild) {
         (Phase::Running | Phase::Starting, Phase::Forked) => {
             recorder::set_active(false);
@@ -356,20 +403,28 @@ pub fn foreign_cupti_client() {
 }
 
 /// Process exit (the C `atexit` handler, or a Python interpreter finalising): save a capture in
-/// progress within [`EXIT_BUDGET`], remove the control socket.
+/// progress within [`EXIT_BUDGET`], remove the control socket, let the removal of what killed
+/// processes left finish (within what is left of the budget).
 pub fn at_exit() {
     end(Ending::Exit)
 }
 
 /// A signal whose default action ends the process (SIGINT, SIGTERM, SIGHUP) arrived: the same
-/// save as [`at_exit`], called by the shim's signal thread before the signal takes its default
+/// ending as [`at_exit`], called by the shim's signal thread before the signal takes its default
 /// action (see `exit.rs`).
 pub fn at_fatal_signal(signal: i32) {
     end(Ending::Signal(signal))
 }
 
+/// The one way the process ends, within one [`EXIT_BUDGET`] from here: an embedded profiler's
+/// capture or the preloaded shim's is saved (a caller that comes while another's save runs waits
+/// for it), then the cleanup gets what is left of the budget.
 fn end(ending: Ending) {
+    let deadline = Instant::now() + EXIT_BUDGET;
+    crate::embed::at_exit(ending, deadline);
     if PROCESS.phase.get() != Phase::Running {
+        // A save another caller started (Python's exit, when a signal comes) ends first.
+        crate::exit::wait_for_save(deadline, ending);
         return;
     }
     let Some(r) = running() else { return };
@@ -380,7 +435,18 @@ fn end(ending: Ending) {
             let _ = std::fs::remove_file(p);
         }
     }
-    crate::exit::save(r, ending);
+    crate::exit::save_within_budget(&r.log, deadline, ending, || {
+        r.profiler.close();
+    });
+    if let Some(c) = r.cleanup.get() {
+        let until = deadline.min(Instant::now() + crate::cleanup::CLEANUP_EXIT_WAIT);
+        if !c.wait_until(until) {
+            (r.log)(&format!(
+                "the removal of files killed processes left was not over {ending}; the next \
+                 kinetrace process of this user tries again"
+            ));
+        }
+    }
     PROCESS.phase.apply(Event::Exit);
 }
 
@@ -423,7 +489,9 @@ fn ensure_started(event: Event) -> Install {
                 if listen {
                     crate::serve::start_control(r);
                 }
-                crate::cleanup::start_cleanup(r);
+                if let Some(c) = crate::cleanup::start_cleanup(r) {
+                    let _ = r.cleanup.set(c);
+                }
             }
             let install = Install {
                 atexit: true,

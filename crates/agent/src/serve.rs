@@ -12,7 +12,7 @@ use kinetrace::{
 };
 use kinetrace_export::TraceDir;
 
-use crate::control::{check_inside, confine, ConfineError, ControlServer, Reply, Request};
+use crate::control::{confine, open_inside, ConfineError, ControlServer, Reply, Request};
 use crate::log::on_panic_forever;
 use crate::process::{Running, PROCESS};
 
@@ -129,23 +129,16 @@ fn submit(
     done: Option<Done>,
 ) -> Result<(CapturePlan, PathBuf), SubmitError> {
     let dir = confine(&r.root, out).map_err(SubmitError::Confine)?;
-    // Nothing is created here, so a refused request leaves nothing behind: the trace's sink creates
-    // the directory when the capture starts. A symlink on the way must not point out of the root:
-    // check the deepest part that exists now (the rest will be made as real directories).
-    if let Some(existing) = dir
-        .ancestors()
-        .take_while(|p| p.starts_with(&r.root))
-        .find(|p| p.exists())
-    {
-        check_inside(&r.root, existing).map_err(SubmitError::Confine)?;
-    }
+    // Opened now, made (where missing) when the capture starts, below what was opened now: the
+    // directory checked here is the one written into.
+    let place = open_inside(&r.root, &dir).map_err(SubmitError::Confine)?;
     let start = match (start_step, delay) {
         (Some(s), _) => CaptureStart::AtStep(s),
         (None, Some(d)) => CaptureStart::After(d),
         (None, None) => CaptureStart::NextStep,
     };
     let mut req = CaptureRequest::new(start, length);
-    let mut sinks = TraceDir::new(&dir);
+    let mut sinks = TraceDir::at(place);
     sinks.worker = r.worker.clone();
     sinks.gzip = r.config.gzip;
     req.sinks = Some(Box::new(sinks));

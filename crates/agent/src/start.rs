@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use kinetrace::env::{Distributed, EnvError};
 use kinetrace::{CaptureLength, CaptureRequest, CaptureStart, Profiler};
+use kinetrace_core::session::LogFn;
 
 use crate::config::{Config, ConfigError, Window};
 use crate::control::confine::absolute;
@@ -81,26 +82,104 @@ pub(crate) fn start(with_cuda: bool) -> Result<Option<Running>, StartError> {
         log("another CUPTI client (torch.profiler or another tool) holds CUPTI; kinetrace steps aside in this process");
         return Ok(None);
     }
+    if crate::embed::is_running() {
+        log("kinetrace.profile runs in this process; the preloaded shim steps aside");
+        return Ok(None);
+    }
     let first_step = PROCESS.steps_before_start.load(Ordering::Relaxed);
     let root = absolute(&config.output_dir);
-    let worker = match &config.worker_prefix {
+    let worker = worker_name(&config);
+    let profiler = build(
+        &config,
+        &distributed,
+        first_step,
+        Mode::Preload,
+        &log,
+        with_cuda,
+    )?;
+    // Test hook (outside the KINETRACE_ key space on purpose): a panic inside kinetrace at a chosen
+    // point, `start` (here, where a failing log line once struck) or `step` (the next step).
+    match std::env::var("_KINETRACE_TEST_PANIC").as_deref() {
+        Ok("start") => panic!("test hook: _KINETRACE_TEST_PANIC=start"),
+        Ok("step") => PROCESS.test_panic_at_step.store(true, Ordering::Relaxed),
+        _ => {}
+    }
+    if !with_cuda {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        if hip_mapped(&maps) {
+            // HIP is here: its backend says in one line what it records through (see
+            // `process::probe_hip`).
+            profiler.add_gpu();
+        } else {
+            log(no_cuda_message(&maps));
+            if config.activities.contains(kinetrace::ActivityType::Memory) {
+                log(MEMORY_WITHOUT_CUDA);
+            }
+        }
+    }
+    Ok(Some(Running {
+        profiler,
+        config,
+        log,
+        root,
+        worker,
+        stop: Arc::new(AtomicBool::new(false)),
+        control_path: Mutex::new(None),
+        cleanup: std::sync::OnceLock::new(),
+    }))
+}
+
+/// How the profiler was started, written into the trace's metadata (`kinetrace_mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// By the preloaded / injected shim, configured from the environment.
+    Preload,
+    /// By the job itself (`kinetrace.profile`), configured by the text it handed over.
+    Api,
+}
+
+/// The trace file name prefix: `ACTIVITIES_LOG_FILE`'s stem with the pid, else `{host}_{pid}`.
+pub(crate) fn worker_name(config: &Config) -> String {
+    match &config.worker_prefix {
         Some(p) => format!("{p}_{}", std::process::id()),
         None => kinetrace::export::default_worker_name(),
-    };
+    }
+}
+
+/// Builds and starts the profiler `config` describes (through the public `ProfilerBuilder`) and
+/// applies its window; the GPU backend at once when `with_gpu`, else CPU only (the caller adds it
+/// when the GPU runtime initialises).
+pub(crate) fn build(
+    config: &Config,
+    distributed: &Distributed,
+    first_step: u64,
+    mode: Mode,
+    log: &LogFn,
+    with_gpu: bool,
+) -> Result<Profiler, StartError> {
     let session_log = log.clone();
     let mut builder = Profiler::builder()
         .activities(config.activities)
-        .output_dir(&root)
-        .worker_name(&worker)
+        .output_dir(absolute(&config.output_dir))
+        .worker_name(worker_name(config))
         .gzip(config.gzip)
-        .rank(rank)
+        // A single process is rank 0.
+        .rank(distributed.rank.unwrap_or(0))
         .first_step(first_step)
-        .metadata("kinetrace_mode", "preload")
+        .metadata(
+            "kinetrace_mode",
+            match mode {
+                Mode::Preload => "preload",
+                Mode::Api => "api",
+            },
+        )
         .log(move |m| session_log(m))
         .max_gpu_buffer_mb(config.max_gpu_buffer_mb)
         .dynolog(config.dynolog)
         .dynolog_interval(config.dynolog_interval)
-        .ring_memory_cap((config.max_cpu_buffer_mb as usize) << 20);
+        .dynolog_uid(config.dynolog_uid)
+        .ring_memory_cap((config.max_cpu_buffer_mb as usize) << 20)
+        .framework(config.torch.framework());
     if let Some(w) = distributed.world_size {
         builder = builder.world_size(w);
     }
@@ -110,8 +189,8 @@ pub(crate) fn start(with_cuda: bool) -> Result<Option<Running>, StartError> {
     if let Some(n) = config.rocm_max_events {
         builder = builder.rocm_max_events(n);
     }
-    if !with_cuda {
-        // The GPU backend is added when CUDA initialises (`Profiler::add_gpu`).
+    if !with_gpu {
+        // The GPU backend is added when the GPU runtime initialises (`Profiler::add_gpu`).
         builder = builder.cpu_only();
     }
     let mut request = None;
@@ -136,41 +215,12 @@ pub(crate) fn start(with_cuda: bool) -> Result<Option<Running>, StartError> {
         Window::Schedule(s) => builder.schedule(s),
     };
     let profiler = builder.start().map_err(StartError::Profiler)?;
-    // Test hook (outside the KINETRACE_ key space on purpose): a panic inside kinetrace at a chosen
-    // point, `start` (here, where a failing log line once struck) or `step` (the next step).
-    match std::env::var("_KINETRACE_TEST_PANIC").as_deref() {
-        Ok("start") => panic!("test hook: _KINETRACE_TEST_PANIC=start"),
-        Ok("step") => PROCESS.test_panic_at_step.store(true, Ordering::Relaxed),
-        _ => {}
-    }
-    if !with_cuda {
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-        if hip_mapped(&maps) {
-            // HIP is here: its backend says in one line what it records through (see
-            // `process::probe_hip`).
-            profiler.add_gpu();
-        } else {
-            log(no_cuda_message(&maps));
-            if config.activities.contains(kinetrace::ActivityType::Memory) {
-                log(MEMORY_WITHOUT_CUDA);
-            }
-        }
-    }
     if let Some(r) = request {
         if let Err(e) = profiler.request_capture(r) {
             log(&format!("the configured window cannot start: {e}"));
         }
     }
-    Ok(Some(Running {
-        profiler,
-        config,
-        log,
-        root,
-        worker,
-        stop: Arc::new(AtomicBool::new(false)),
-        control_path: Mutex::new(None),
-        exit: crate::exit::ExitSave::new(),
-    }))
+    Ok(profiler)
 }
 
 /// The other library `CUDA_INJECTION64_PATH` names, if it is not this shim.
@@ -197,14 +247,18 @@ pub const MEMORY_WITHOUT_CUDA: &str = "--memory (KINETRACE_MEMORY) records the C
 /// (a CPU-only run, or a machine without NVIDIA's driver), or CUDA loaded but not yet initialised.
 /// Either way the process is profiled, CPU activity only until CUDA initialises.
 pub fn no_cuda_message(maps: &str) -> &'static str {
-    let driver_loaded = mapped_files(maps).any(|f| file_name_starts(f, "libcuda.so"));
-    if driver_loaded {
+    if cuda_mapped(maps) {
         "profiling started at a step before CUDA initialised: the trace holds CPU activity until it \
          does"
     } else {
         "no CUDA driver in this process: profiling CPU activity only (steps, annotations); GPU \
          activity is added if CUDA initialises later"
     }
+}
+
+/// Whether the CUDA driver (`libcuda`) is mapped into this process (per `/proc/self/maps` text).
+pub(crate) fn cuda_mapped(maps: &str) -> bool {
+    mapped_files(maps).any(|f| file_name_starts(f, "libcuda.so"))
 }
 
 /// Whether HIP's runtime (`libamdhip64`) is mapped into this process (per `/proc/self/maps`

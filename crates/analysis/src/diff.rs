@@ -17,6 +17,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
+use kinetrace_export::reader::ReadOptions;
 use serde::Serialize;
 
 use crate::fastmap::FastMap;
@@ -63,6 +64,8 @@ pub struct DiffOptions {
     /// A time change within this share of the base time (or under [`TIME_FLOOR_US`]) is
     /// "unchanged".
     pub time_threshold: f64,
+    /// The trace reader's limits.
+    pub read: ReadOptions,
 }
 
 impl Default for DiffOptions {
@@ -72,6 +75,7 @@ impl Default for DiffOptions {
             pool: false,
             step: StepChoice::All,
             time_threshold: DEFAULT_TIME_THRESHOLD,
+            read: ReadOptions::default(),
         }
     }
 }
@@ -349,8 +353,12 @@ fn kind_of(cat: &str) -> &'static str {
     }
 }
 
-fn summarize_file(source: &TraceSource, choice: StepChoice) -> Result<FileSummary, FileProblem> {
-    let (rows, rank, rank_source) = read_rank(source)?;
+fn summarize_file(
+    source: &TraceSource,
+    choice: StepChoice,
+    read: &ReadOptions,
+) -> Result<FileSummary, FileProblem> {
+    let (rows, rank, rank_source) = read_rank(source, read)?;
     let key = TraceKey::new(source.path(), &rows, rank, rank_source);
     let it = iterations(&rows);
     // Per string: its step number (names) and whether it is a host step's `cat`.
@@ -774,7 +782,7 @@ pub fn diff_sources(
     progress: &(dyn Fn(&Progress<'_>) + Sync),
 ) -> DiffReport {
     let results = map_sources(sources, opts.jobs, progress, &|s| {
-        summarize_file(s, opts.step)
+        summarize_file(s, opts.step, &opts.read)
     });
     let mut sides: [BTreeMap<i64, Vec<FileSummary>>; 2] = [BTreeMap::new(), BTreeMap::new()];
     let mut files: [Vec<PathBuf>; 2] = [Vec::new(), Vec::new()];

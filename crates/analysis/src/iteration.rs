@@ -144,7 +144,12 @@ mod tests {
 
     fn rows_of(events: Vec<Value>) -> Rows {
         let doc = serde_json::to_vec(&json!({"traceEvents": events})).unwrap();
-        load_rows(std::path::Path::new("t.json"), &doc[..]).unwrap()
+        load_rows(
+            std::path::Path::new("t.json"),
+            &doc[..],
+            &Default::default(),
+        )
+        .unwrap()
     }
 
     fn ev(cat: &str, name: &str, ts: i64, dur: i64, args: Value) -> Value {

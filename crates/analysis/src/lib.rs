@@ -29,8 +29,10 @@ for t in &report.temporal_breakdown {
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod collectives;
 pub mod diff;
 pub mod doctor;
+pub mod efficiency;
 mod fastmap;
 pub mod hta;
 mod iteration;
@@ -49,6 +51,8 @@ use std::path::PathBuf;
 pub use diff::{diff, diff_sources, DiffOptions, DiffReport, StepChoice};
 pub use doctor::{doctor, doctor_sources, DoctorOptions, DoctorReport};
 pub use hta::HtaOptions;
+/// The trace reader's limits, as the options of every run carry them.
+pub use kinetrace_export::reader::ReadOptions;
 pub use load::{discover, FileProblem, Options, Placement, Progress, RankSource, TraceSource};
 pub use report::{KernelTypeShare, RankInfo, RankKernelTypeTime, Report};
 

@@ -14,9 +14,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
-use kinetrace_export::reader::{rank_like_hta_from_reader, ReadError};
+use kinetrace_export::reader::{rank_like_hta_from_reader, ReadError, ReadOptions};
 use serde::Serialize;
 
+use crate::collectives::Instance;
+use crate::efficiency::{rank_device_work, PeakOverride, RankEfficiency};
 use crate::hta::{analyze_rank, hta_view, HtaOptions, HtaRank, StepFilter, Symbols};
 use crate::memory::{memory, phases, MemoryDevice, PhaseSpan};
 use crate::ops::{op_table, OpStat};
@@ -310,6 +312,10 @@ pub(crate) struct RankSummary {
     pub memory: Vec<MemoryDevice>,
     /// Step phases, for ranks with memory samples.
     pub phases: Vec<PhaseSpan>,
+    /// FLOPs, bytes and roofline per op group; GPU time by category.
+    pub efficiency: Option<RankEfficiency>,
+    /// Collective kernels, in time order.
+    pub collectives: Vec<Instance>,
 }
 
 /// Options of a whole run.
@@ -323,6 +329,10 @@ pub struct Options {
     pub memory_points: usize,
     /// The op table tells ops apart by `Input Dims` too (`key_averages(group_by_input_shape=True)`).
     pub ops_by_shape: bool,
+    /// The trace reader's limits.
+    pub read: ReadOptions,
+    /// Device peaks replacing the peaks table's.
+    pub peaks: PeakOverride,
 }
 
 impl Default for Options {
@@ -332,20 +342,25 @@ impl Default for Options {
             jobs: 0,
             memory_points: 400,
             ops_by_shape: false,
+            read: ReadOptions::default(),
+            peaks: PeakOverride::default(),
         }
     }
 }
 
 /// Reads one trace into rows, with its rank (from `distributedInfo`, else HTA's regex over the
-/// file, else 0).
-pub(crate) fn read_rank(source: &TraceSource) -> Result<(Rows, i64, RankSource), FileProblem> {
+/// file, else 0), within the reader's limits `read`.
+pub(crate) fn read_rank(
+    source: &TraceSource,
+    read: &ReadOptions,
+) -> Result<(Rows, i64, RankSource), FileProblem> {
     let path = source.path();
     let input = source.open().map_err(|e| FileProblem {
         file: path.to_owned(),
         offset: None,
         message: format!("cannot open: {e}"),
     })?;
-    let rows = load_rows(path, input)?;
+    let rows = load_rows(path, input, read)?;
     let (rank, rank_source) = match rows.rank {
         Some(r) => (r, RankSource::DistributedInfo),
         None => match source.open().ok().and_then(rank_like_hta_from_reader) {
@@ -359,23 +374,32 @@ pub(crate) fn read_rank(source: &TraceSource) -> Result<(Rows, i64, RankSource),
 /// Reads one trace and reduces it to its summary.
 pub(crate) fn summarize(source: &TraceSource, opts: &Options) -> Result<RankSummary, FileProblem> {
     let path = source.path();
-    let (rows, rank, rank_source) = read_rank(source)?;
+    let (rows, rank, rank_source) = read_rank(source, &opts.read)?;
     let sym = Symbols::new(&rows);
     // The op table needs nothing from the other analyses: it runs on a second thread meanwhile
     // (a single large rank otherwise leaves the second core idle once it is read).
     std::thread::scope(|scope| {
+        let second = || {
+            (
+                op_table(&rows, &sym, opts.ops_by_shape),
+                rank_device_work(&rows, &opts.peaks),
+            )
+        };
         let ops = std::thread::Builder::new()
             .name("kinetrace-ops".into())
-            .spawn_scoped(scope, || op_table(&rows, &sym, opts.ops_by_shape))
+            .spawn_scoped(scope, second)
             .ok();
         let mut summary = summarize_rows(path, &rows, rank, rank_source, &sym, opts);
-        summary.ops = match ops {
+        let (ops, (efficiency, collectives)) = match ops {
             Some(handle) => match handle.join() {
-                Ok(ops) => ops,
+                Ok(done) => done,
                 Err(panic) => panic::resume_unwind(panic),
             },
-            None => op_table(&rows, &sym, opts.ops_by_shape),
+            None => second(),
         };
+        summary.ops = ops;
+        summary.efficiency = Some(efficiency);
+        summary.collectives = collectives;
         Ok(summary)
     })
 }
@@ -452,6 +476,8 @@ fn summarize_rows(
         steps: step_rows,
         memory: mem,
         phases: phase_spans,
+        efficiency: None,
+        collectives: Vec::new(),
     }
 }
 

@@ -530,13 +530,13 @@ mod tests {
             strings,
             rows,
             mem,
-            dims: Vec::new(),
             rounded: false,
             rank: None,
             events: 0,
             base_ns: None,
             metadata: Vec::new(),
             host_pid: None,
+            op_args: Vec::new(),
         }
     }
 

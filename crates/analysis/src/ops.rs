@@ -233,14 +233,15 @@ pub(crate) fn op_table(rows: &Rows, sym: &Symbols, by_shape: bool) -> Vec<OpStat
             }
         }
     }
+    let mut shapes = Shapes::default();
     let mut acc: FastMap<(OpKind, u32, u32), Acc> = FastMap::default();
     for (k, &i) in ops.iter().enumerate() {
         let r = &all[i as usize];
         let Some(kd) = kind(r) else { continue };
         let dims = if by_shape {
-            rows.dims.get(i as usize).copied().unwrap_or(u32::MAX)
+            rows.op_args(i).map_or(NO_SHAPE, |id| shapes.of(rows, id))
         } else {
-            u32::MAX
+            NO_SHAPE
         };
         let a = acc.entry((kd, r.name, dims)).or_default();
         a.count += 1;
@@ -263,7 +264,7 @@ pub(crate) fn op_table(rows: &Rows, sym: &Symbols, by_shape: bool) -> Vec<OpStat
             cpu_self_us: Us::from_ns(a.cpu_self),
             gpu_self_us: Us::from_ns(a.gpu_self),
             gpu_total_us: Us::from_ns(a.gpu_total),
-            shape: (dims != u32::MAX).then(|| rows.str(dims).to_owned()),
+            shape: shapes.text(dims).map(str::to_owned),
             cpu_avg_us: Us(0.0),
             gpu_avg_us: Us(0.0),
             cpu_self_pct: Num(f64::NAN),
@@ -276,6 +277,71 @@ pub(crate) fn op_table(rows: &Rows, sym: &Symbols, by_shape: bool) -> Vec<OpStat
             gpu_mem_bytes: a.mem[GPU_TOTAL],
         })
         .collect()
+}
+
+/// No `Input Dims` (an op recorded without shapes, or a table not grouped by shape).
+const NO_SHAPE: u32 = u32::MAX;
+
+/// The `Input Dims` of ops' args texts ([`Rows::op_args`]), each text read once: an op's shape is
+/// its `Input Dims` alone, as `key_averages(group_by_input_shape=True)` keys on `input_shapes`
+/// (ops differing only in dtype, strides or concrete inputs share a row), written as PyTorch
+/// writes it (`[[64, 16], [16]]`).
+#[derive(Default)]
+struct Shapes {
+    /// Args text id → index into `texts` (or [`NO_SHAPE`]).
+    by_args: FastMap<u32, u32>,
+    by_text: FastMap<String, u32>,
+    texts: Vec<String>,
+}
+
+impl Shapes {
+    fn of(&mut self, rows: &Rows, args: u32) -> u32 {
+        if let Some(&s) = self.by_args.get(&args) {
+            return s;
+        }
+        let dims = serde_json::from_str::<serde_json::Value>(rows.str(args))
+            .ok()
+            .and_then(|v| v.get("Input Dims").map(python_text));
+        let s = match dims {
+            None => NO_SHAPE,
+            Some(text) => {
+                let next = self.texts.len() as u32;
+                *self.by_text.entry(text).or_insert_with_key(|t| {
+                    self.texts.push(t.clone());
+                    next
+                })
+            }
+        };
+        self.by_args.insert(args, s);
+        s
+    }
+
+    fn text(&self, shape: u32) -> Option<&str> {
+        self.texts.get(shape as usize).map(String::as_str)
+    }
+}
+
+/// A JSON value as Python's `str()` of the same lists prints it (`json.dumps`' separators): one
+/// space after each comma.
+fn python_text(v: &serde_json::Value) -> String {
+    fn write(v: &serde_json::Value, out: &mut String) {
+        match v {
+            serde_json::Value::Array(items) => {
+                out.push('[');
+                for (n, item) in items.iter().enumerate() {
+                    if n > 0 {
+                        out.push_str(", ");
+                    }
+                    write(item, out);
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut out = String::new();
+    write(v, &mut out);
+    out
 }
 
 /// Per op (index into the op list), the `[memory]` bytes of [`Acc::mem`]'s slots: each sample
@@ -347,7 +413,12 @@ mod tests {
 
     fn rows_of(events: Vec<Value>) -> Rows {
         let doc = serde_json::to_vec(&json!({"traceEvents": events})).unwrap();
-        load_rows(std::path::Path::new("t.json"), &doc[..]).unwrap()
+        load_rows(
+            std::path::Path::new("t.json"),
+            &doc[..],
+            &Default::default(),
+        )
+        .unwrap()
     }
 
     fn op(name: &str, tid: i64, ts: i64, dur: i64, dims: Option<Value>) -> Value {
@@ -441,6 +512,32 @@ mod tests {
                 ("aten::mm", Some("[[16, 1], [1, 64]]"), 1, 10.0),
                 ("aten::mm", Some("[[64, 16], [16, 32]]"), 2, 50.0),
                 ("aten::relu", None, 1, 40.0),
+            ]
+        );
+    }
+
+    /// The shape is `Input Dims` alone, as `key_averages(group_by_input_shape=True)` keys on
+    /// `input_shapes`: other dtypes, strides or concrete inputs of the same dims share its row.
+    #[test]
+    fn grouping_by_shape_keys_on_input_dims_alone() {
+        let mut other = op("aten::mm", 1, 200, 20, Some(json!([[64, 16], [16, 32]])));
+        other["args"]["Input type"] = json!(["double", "double"]);
+        other["args"]["Input Strides"] = json!([[1, 64], [32, 1]]);
+        let rows = rows_of(vec![
+            op("aten::mm", 1, 0, 30, Some(json!([[64, 16], [16, 32]]))),
+            other,
+            op("aten::cat", 1, 300, 5, Some(json!([[[2, 3], [2, 3]], []]))),
+        ]);
+        let shaped = table(&rows, true);
+        let got: Vec<(&str, Option<&str>, u64)> = shaped
+            .iter()
+            .map(|o| (o.name.as_str(), o.shape.as_deref(), o.count))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("aten::cat", Some("[[[2, 3], [2, 3]], []]"), 1),
+                ("aten::mm", Some("[[64, 16], [16, 32]]"), 2),
             ]
         );
     }

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use crate::collectives::Collectives;
+use crate::efficiency::Efficiency;
 use crate::hta::{IdleRow, KernelRow, Overlap, Temporal};
 use crate::load::{place, FileProblem, Placement, RankSource, RankSummary, TraceKey};
 use crate::memory::{MemoryDevice, PhaseSpan};
@@ -94,6 +96,10 @@ pub struct Report {
     pub memory: Vec<MemoryDevice>,
     /// Forward / backward / optimizer phases of each step, for ranks with memory samples.
     pub phases: Vec<PhaseSpan>,
+    /// FLOPs, bytes and roofline per op group, and GPU time by category.
+    pub efficiency: Efficiency,
+    /// Collectives by kind, group, dtype and size; each rank's wait for the others.
+    pub collectives: Collectives,
 }
 
 impl Report {
@@ -162,7 +168,11 @@ pub(crate) fn build(
         no_straggler: None,
         memory: Vec::new(),
         phases: Vec::new(),
+        efficiency: Efficiency::default(),
+        collectives: Collectives::default(),
     };
+    let mut efficiency = Vec::new();
+    let mut collectives = Vec::new();
     let mut type_totals: HashMap<String, i64> = HashMap::new();
     let mut ops: HashMap<(OpKind, String, Option<String>), OpStat> = HashMap::new();
     for ((rank, cycle), (s, placed)) in by_rank {
@@ -270,7 +280,11 @@ pub(crate) fn build(
         report
             .phases
             .extend(s.phases.into_iter().map(|p| PhaseSpan { cycle, ..p }));
+        efficiency.extend(s.efficiency.map(|e| (rank, cycle, e)));
+        collectives.push((rank, cycle, s.collectives));
     }
+    report.efficiency = crate::efficiency::merge(efficiency);
+    report.collectives = crate::collectives::merge(collectives, &report.steps);
     let total: i64 = type_totals.values().sum();
     let mut shares: Vec<KernelTypeShare> = type_totals
         .into_iter()

@@ -14,9 +14,7 @@ use std::io::Read;
 use std::path::Path;
 
 use crate::fastmap::FastMap;
-use kinetrace_export::reader::{
-    for_each_event_pipelined, Phase, RawNum, ReadError, RowId, TraceEvent,
-};
+use kinetrace_export::reader::{Phase, RawNum, ReadError, ReadOptions, RowId, TraceEvent};
 
 /// One HTA row (an event with `dur` and `cat`).
 #[derive(Clone, Copy, Debug)]
@@ -85,9 +83,6 @@ pub(crate) struct Rows {
     pub rows: Vec<Row>,
     /// `[memory]` samples in file order.
     pub mem: Vec<MemSample>,
-    /// Per row, its `Input Dims` (an id into `strings`, `u32::MAX` without): empty when no row
-    /// of the file has any (most traces: no per-row cost).
-    pub dims: Vec<u32>,
     /// Whether HTA rounds this file's timestamps.
     pub rounded: bool,
     /// `distributedInfo.rank`.
@@ -101,12 +96,23 @@ pub(crate) struct Rows {
     /// The integer `pid` of the first host row (`cpu_op`, `user_annotation`, `python_function`,
     /// runtime call): the process that wrote the trace.
     pub host_pid: Option<i64>,
+    /// `(row position, interned args)` of the rows with `op_args` ([`TraceEvent::op_args`]) (shapes, dtypes,
+    /// concrete inputs, collective parameters), in row order.
+    pub op_args: Vec<(u32, u32)>,
 }
 
 impl Rows {
     /// The text of an interned string.
     pub fn str(&self, id: u32) -> &str {
         &self.strings[id as usize]
+    }
+
+    /// The interned args (a compact JSON object) of the row at `pos`, if it has any.
+    pub fn op_args(&self, pos: u32) -> Option<u32> {
+        self.op_args
+            .binary_search_by_key(&pos, |&(p, _)| p)
+            .ok()
+            .map(|k| self.op_args[k].1)
     }
 }
 
@@ -128,8 +134,12 @@ fn hta_rounded(ts: RawNum, dur: RawNum) -> (i64, i64) {
 
 /// Reads a trace (plain or gzip, inflated on a second thread) into [`Rows`], streaming: the
 /// reader's events are not kept.
-/// `path` names the input in errors.
-pub(crate) fn load_rows<R: Read + Send>(path: &Path, input: R) -> Result<Rows, ReadError> {
+/// `path` names the input in errors; `read` holds the reader's limits.
+pub(crate) fn load_rows<R: Read + Send>(
+    path: &Path,
+    input: R,
+    read: &ReadOptions,
+) -> Result<Rows, ReadError> {
     // Rows are built as events arrive, with HTA's rounded clock and the exact one (without the
     // base time, which may come after `traceEvents`); one pass at the end picks the clock HTA
     // uses and adds the base. No second copy of the rows is made.
@@ -140,76 +150,76 @@ pub(crate) fn load_rows<R: Read + Send>(path: &Path, input: R) -> Result<Rows, R
     let mut any_float_ts = false;
     let mut count: u64 = 0;
     let mut raw_mem: Vec<(RawNum, i64, i64, i64, i64, u32)> = Vec::new();
-    let mut dims: Vec<u32> = Vec::new();
     let mut host_pid: Option<i64> = None;
-    let trace = for_each_event_pipelined(path, input, |ev: TraceEvent, strings: &[Box<str>]| {
-        let index = count as u32;
-        count += 1;
-        any_float_ts |= ev.ts.is_float();
-        let text = |id: u32| -> &str { strings.get(id as usize).map_or("", |s| s) };
-        let mut thread_of = |pid: RowId, tid: RowId| -> u32 {
-            match &last_thread {
-                Some((p, t, id)) if *p == pid && *t == tid => *id,
-                _ => {
-                    let next = threads.len() as u32;
-                    let id = *threads.entry((pid.clone(), tid.clone())).or_insert(next);
-                    last_thread = Some((pid, tid, id));
-                    id
+    let mut op_args: Vec<(u32, u32)> = Vec::new();
+    let trace =
+        read.for_each_event_pipelined(path, input, |ev: TraceEvent, strings: &[Box<str>]| {
+            let index = count as u32;
+            count += 1;
+            any_float_ts |= ev.ts.is_float();
+            let text = |id: u32| -> &str { strings.get(id as usize).map_or("", |s| s) };
+            let mut thread_of = |pid: RowId, tid: RowId| -> u32 {
+                match &last_thread {
+                    Some((p, t, id)) if *p == pid && *t == tid => *id,
+                    _ => {
+                        let next = threads.len() as u32;
+                        let id = *threads.entry((pid.clone(), tid.clone())).or_insert(next);
+                        last_thread = Some((pid, tid, id));
+                        id
+                    }
+                }
+            };
+            if ev.ph == Phase::Instant && text(ev.name.0) == "[memory]" {
+                let thread = thread_of(ev.pid, ev.tid);
+                raw_mem.push((
+                    ev.ts,
+                    ev.mem_device.unwrap_or(-1),
+                    ev.total_allocated.unwrap_or(0),
+                    ev.total_reserved.unwrap_or(0),
+                    ev.mem_bytes.unwrap_or(0),
+                    thread,
+                ));
+                return;
+            }
+            let (Some(cat), Some(dur)) = (ev.cat, ev.dur) else {
+                return;
+            };
+            if text(cat.0) == "Trace" {
+                return;
+            }
+            if host_pid.is_none()
+                && matches!(
+                    text(cat.0),
+                    "cpu_op"
+                        | "user_annotation"
+                        | "python_function"
+                        | "cuda_runtime"
+                        | "cuda_driver"
+                )
+            {
+                if let RowId::Int(pid) = &ev.pid {
+                    host_pid = Some(*pid);
                 }
             }
-        };
-        if ev.ph == Phase::Instant && text(ev.name.0) == "[memory]" {
             let thread = thread_of(ev.pid, ev.tid);
-            raw_mem.push((
-                ev.ts,
-                ev.mem_device.unwrap_or(-1),
-                ev.total_allocated.unwrap_or(0),
-                ev.total_reserved.unwrap_or(0),
-                ev.mem_bytes.unwrap_or(0),
+            let (hts, hdur) = hta_rounded(ev.ts, dur);
+            if let Some(a) = ev.op_args {
+                op_args.push((rows.len() as u32, a.0));
+            }
+            rows.push(Row {
+                index,
+                name: ev.name.0,
+                cat: cat.0,
                 thread,
-            ));
-            return;
-        }
-        let (Some(cat), Some(dur)) = (ev.cat, ev.dur) else {
-            return;
-        };
-        if text(cat.0) == "Trace" {
-            return;
-        }
-        if host_pid.is_none()
-            && matches!(
-                text(cat.0),
-                "cpu_op" | "user_annotation" | "python_function" | "cuda_runtime" | "cuda_driver"
-            )
-        {
-            if let RowId::Int(pid) = &ev.pid {
-                host_pid = Some(*pid);
-            }
-        }
-        let thread = thread_of(ev.pid, ev.tid);
-        if let Some(d) = ev.input_dims {
-            if dims.is_empty() {
-                dims.resize(rows.len(), u32::MAX);
-            }
-            dims.push(d.0);
-        } else if !dims.is_empty() {
-            dims.push(u32::MAX);
-        }
-        let (hts, hdur) = hta_rounded(ev.ts, dur);
-        rows.push(Row {
-            index,
-            name: ev.name.0,
-            cat: cat.0,
-            thread,
-            stream: ev.stream.unwrap_or(-1),
-            corr: ev.correlation.unwrap_or(-1),
-            ext: ev.external_id.unwrap_or(-1),
-            hts,
-            hdur,
-            ts: ev.ts.us_to_ns(),
-            dur: dur.us_to_ns(),
-        });
-    })?;
+                stream: ev.stream.unwrap_or(-1),
+                corr: ev.correlation.unwrap_or(-1),
+                ext: ev.external_id.unwrap_or(-1),
+                hts,
+                hdur,
+                ts: ev.ts.us_to_ns(),
+                dur: dur.us_to_ns(),
+            });
+        })?;
     let base = trace.base_time_ns.unwrap_or(0);
     let mem = raw_mem
         .into_iter()
@@ -235,13 +245,13 @@ pub(crate) fn load_rows<R: Read + Send>(path: &Path, input: R) -> Result<Rows, R
         strings: trace.strings,
         rows,
         mem,
-        dims,
         rounded: any_float_ts,
         rank: trace.rank,
         events: count,
         base_ns: trace.base_time_ns,
         metadata: trace.metadata,
         host_pid,
+        op_args,
     })
 }
 

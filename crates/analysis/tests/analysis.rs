@@ -640,6 +640,34 @@ fn doctor_pins() -> Vec<Pin> {
                             "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
                             10,
                         ),
+                        // The collectives matched across the two ranks (efficiency.rs pins
+                        // the waits).
+                        (
+                            0,
+                            "waiting in collectives for rank 1 (this rank arrived last in 3 of 10)",
+                            10,
+                        ),
+                        (
+                            1,
+                            "waiting in collectives for rank 0 (this rank arrived last in 7 of 10)",
+                            10,
+                        ),
+                    ],
+                ),
+                (
+                    "straggler-rank",
+                    vec![1],
+                    vec![
+                        (
+                            0,
+                            "waiting in collectives for rank 1 (this rank arrived last in 3 of 10)",
+                            10,
+                        ),
+                        (
+                            1,
+                            "waiting in collectives for rank 0 (this rank arrived last in 7 of 10)",
+                            10,
+                        ),
                     ],
                 ),
             ],

@@ -29,7 +29,15 @@ fn doctor_bytes(bytes: Vec<u8>) -> DoctorReport {
         name: "fuzz.json".into(),
         bytes,
     };
-    doctor_sources(&[src], Vec::new(), &DoctorOptions { jobs: 1 }, &|_| {})
+    doctor_sources(
+        &[src],
+        Vec::new(),
+        &DoctorOptions {
+            jobs: 1,
+            ..DoctorOptions::default()
+        },
+        &|_| {},
+    )
 }
 
 fn assert_no_internal_error(r: &Report) {

@@ -23,6 +23,8 @@ fn json_keys(a: Analysis) -> &'static [&'static str] {
             "kernel_breakdown",
         ],
         Analysis::Ops => &["ops"],
+        Analysis::Efficiency => &["efficiency"],
+        Analysis::Collectives => &["collectives"],
         Analysis::Steps => &["steps", "straggler", "no_straggler"],
         Analysis::Memory => &["memory"],
     }
@@ -107,7 +109,7 @@ pub fn run_analyze(plan: AnalyzePlan) -> Result<ExitCode> {
         }
     }
     if let Some(path) = &plan.plot {
-        std::fs::write(path, svg::render(&report))
+        crate::output::write_file(path, svg::render(&report).as_bytes())
             .with_context(|| format!("cannot write the plot to {}", path.display()))?;
         if !plan.quiet {
             eprintln!("kinetrace: wrote {}", path.display());

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use kinetrace_analysis::{HtaOptions, Options, StepChoice};
+use kinetrace_analysis::efficiency::PeakOverride;
+use kinetrace_analysis::{HtaOptions, Options, ReadOptions, StepChoice};
 
 use crate::op_sort::{GroupBy, OpSort};
 
@@ -40,6 +41,55 @@ pub enum Command {
     Convert(crate::convert::ConvertArgs),
 }
 
+/// The trace reader's limits: one flag, the same on every command that reads traces.
+#[derive(Debug, Args)]
+pub struct ReadArgs {
+    /// The longest single JSON value a trace may hold (one trace event, or one top-level value),
+    /// in bytes or with a K, M or G suffix (KiB, MiB, GiB). A file with a longer one is reported
+    /// (the file and the byte offset) instead of being read into memory.
+    #[arg(
+        long,
+        value_name = "SIZE",
+        default_value = "64M",
+        value_parser = parse_size
+    )]
+    pub max_value_size: usize,
+}
+
+impl ReadArgs {
+    /// The reader's options.
+    pub fn options(&self) -> ReadOptions {
+        ReadOptions {
+            max_value_bytes: self.max_value_size,
+        }
+    }
+}
+
+/// A size: a number of bytes, or with a `K`, `M` or `G` suffix (`KiB`, `MiB`, `GiB` too).
+fn parse_size(s: &str) -> Result<usize, String> {
+    let bad = || {
+        format!("expected a size in bytes, or with a K, M or G suffix (KiB, MiB, GiB), like 64M or 1G; got `{s}`")
+    };
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let shift = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kib" => 10,
+        "m" | "mib" => 20,
+        "g" | "gib" => 30,
+        _ => return Err(bad()),
+    };
+    let n: usize = digits.parse().map_err(|_| bad())?;
+    let bytes = n.checked_mul(1usize << shift).ok_or_else(bad)?;
+    if bytes < 1024 {
+        return Err(format!(
+            "must be at least 1K (a trace event alone takes more); got `{s}`"
+        ));
+    }
+    Ok(bytes)
+}
+
 /// The analyses, selectable with `--only`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Analysis {
@@ -53,6 +103,10 @@ pub enum Analysis {
     Kernels,
     /// CPU ops and annotations by self CPU time and by the GPU time of the kernels they launched (like key_averages).
     Ops,
+    /// Per-op FLOPs and bytes from the shapes, achieved TFLOP/s and TB/s, the roofline; GPU time by category.
+    Efficiency,
+    /// Collectives by kind, group, dtype and size: time, algorithm and bus bandwidth; each rank's wait for the others.
+    Collectives,
     /// Time of each ProfilerStep per rank, and the straggler rank that keeps the others waiting.
     Steps,
     /// Allocated/reserved memory over time from [memory] events: peak, when, first step vs later steps.
@@ -61,12 +115,14 @@ pub enum Analysis {
 
 impl Analysis {
     /// All analyses, in report order.
-    pub const ALL: [Analysis; 7] = [
+    pub const ALL: [Analysis; 9] = [
         Analysis::Temporal,
         Analysis::Overlap,
         Analysis::Idle,
         Analysis::Kernels,
         Analysis::Ops,
+        Analysis::Efficiency,
+        Analysis::Collectives,
         Analysis::Steps,
         Analysis::Memory,
     ];
@@ -75,7 +131,11 @@ impl Analysis {
     pub fn needs_gpu(self) -> bool {
         matches!(
             self,
-            Analysis::Temporal | Analysis::Overlap | Analysis::Idle | Analysis::Kernels
+            Analysis::Temporal
+                | Analysis::Overlap
+                | Analysis::Idle
+                | Analysis::Kernels
+                | Analysis::Collectives
         )
     }
 
@@ -93,6 +153,10 @@ ANALYSES (all by default; pick some with --only):
   idle      GPU idle gaps per rank and stream: host wait, kernel wait, other (HTA get_idle_time_breakdown)
   kernels   time by kernel type and overlaps, top kernels per type and rank (HTA get_gpu_kernel_breakdown)
   ops       CPU ops and annotations by self CPU time and GPU time of their kernels (like key_averages)
+  efficiency  per-op FLOPs and bytes from the shapes, achieved TFLOP/s and TB/s against the
+            device's roofline (vendor peaks; --peak-tflops/--peak-bandwidth), GPU time by category
+  collectives  collectives by kind, group, dtype and size: time, algorithm and bus bandwidth
+            (nccl-tests); across ranks each collective's transfer time and each rank's wait
   steps     time of each ProfilerStep per rank, and the straggler rank
   memory    allocated/reserved memory over time from [memory] events: peak, when, step growth
 
@@ -158,6 +222,15 @@ pub struct AnalyzeArgs {
     #[arg(long, value_enum, value_name = "WHAT")]
     pub group_by: Option<GroupBy>,
 
+    /// The device's compute peak in TFLOP/s, for every op (replaces the peaks table's figures;
+    /// with --peak-bandwidth, gives a roofline on a device the table does not know).
+    #[arg(long, value_name = "TFLOPS")]
+    pub peak_tflops: Option<f64>,
+
+    /// The device's memory bandwidth in TB/s (10¹² bytes per second).
+    #[arg(long, value_name = "TBPS")]
+    pub peak_bandwidth: Option<f64>,
+
     /// Worker threads reading traces (default: one per CPU).
     #[arg(short, long, value_name = "N")]
     pub jobs: Option<usize>,
@@ -165,6 +238,9 @@ pub struct AnalyzeArgs {
     /// No progress indicator and no notes on stderr (problems with files are still reported).
     #[arg(short, long)]
     pub quiet: bool,
+
+    #[command(flatten)]
+    pub read: ReadArgs,
 }
 
 /// A validated `analyze` invocation.
@@ -219,6 +295,7 @@ impl AnalyzeArgs {
         if self.jobs == Some(0) {
             bail!("--jobs must be at least 1 (leave it out for one per CPU)");
         }
+        let peaks = peak_override(self.peak_tflops, self.peak_bandwidth)?;
         let analyses = if self.only.is_empty() {
             Analysis::ALL.to_vec()
         } else {
@@ -245,10 +322,27 @@ impl AnalyzeArgs {
                 },
                 jobs: self.jobs.unwrap_or(0),
                 ops_by_shape: self.group_by == Some(GroupBy::Shape),
+                read: self.read.options(),
+                peaks,
                 ..Options::default()
             },
         })
     }
+}
+
+/// `--peak-tflops` and `--peak-bandwidth`: positive numbers.
+fn peak_override(tflops: Option<f64>, tb_per_s: Option<f64>) -> Result<PeakOverride> {
+    for (flag, v, example) in [
+        ("--peak-tflops", tflops, "989.5 (H100 SXM, bf16 dense)"),
+        ("--peak-bandwidth", tb_per_s, "3.35 (H100 SXM)"),
+    ] {
+        if let Some(v) = v {
+            if !(v.is_finite() && v > 0.0) {
+                bail!("{flag} must be a number > 0, such as {example}; got {v}");
+            }
+        }
+    }
+    Ok(PeakOverride { tflops, tb_per_s })
 }
 
 const DOCTOR_AFTER_HELP: &str = "\
@@ -274,6 +368,15 @@ pub struct DoctorArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// The device's compute peak in TFLOP/s, for every op (the roofline rule; replaces the
+    /// peaks table's figures).
+    #[arg(long, value_name = "TFLOPS")]
+    pub peak_tflops: Option<f64>,
+
+    /// The device's memory bandwidth in TB/s (10¹² bytes per second).
+    #[arg(long, value_name = "TBPS")]
+    pub peak_bandwidth: Option<f64>,
+
     /// Worker threads reading traces (default: one per CPU).
     #[arg(short, long, value_name = "N")]
     pub jobs: Option<usize>,
@@ -281,6 +384,9 @@ pub struct DoctorArgs {
     /// No progress indicator and no timing line (problems with files are still reported).
     #[arg(short, long)]
     pub quiet: bool,
+
+    #[command(flatten)]
+    pub read: ReadArgs,
 }
 
 /// A validated `doctor` invocation.
@@ -308,6 +414,8 @@ impl DoctorArgs {
             quiet: self.quiet,
             options: kinetrace_analysis::DoctorOptions {
                 jobs: self.jobs.unwrap_or(0),
+                read: self.read.options(),
+                peaks: peak_override(self.peak_tflops, self.peak_bandwidth)?,
             },
         })
     }
@@ -380,6 +488,9 @@ pub struct DiffArgs {
     /// No progress indicator and no timing line.
     #[arg(short, long)]
     pub quiet: bool,
+
+    #[command(flatten)]
+    pub read: ReadArgs,
 }
 
 /// A validated `diff` invocation.
@@ -436,6 +547,7 @@ impl DiffArgs {
                 pool: self.pool,
                 step: self.step,
                 time_threshold: self.time_threshold / 100.0,
+                read: self.read.options(),
             },
         })
     }
@@ -464,7 +576,7 @@ mod tests {
         let p = parse(&["kinetrace", "analyze", "d", "--only", "memory,temporal"]).unwrap();
         assert_eq!(p.analyses, vec![Analysis::Temporal, Analysis::Memory]);
         let p = parse(&["kinetrace", "analyze", "d"]).unwrap();
-        assert_eq!(p.analyses.len(), 7);
+        assert_eq!(p.analyses.len(), 9);
         assert_eq!(p.options.hta.kernel_wait_threshold_us, 30.0);
     }
 
@@ -476,6 +588,53 @@ mod tests {
         assert!(e.to_string().contains(".svg"), "{e}");
         assert!(parse(&["kinetrace", "analyze", "d", "--duration-ratio", "1.5"]).is_err());
         assert!(parse(&["kinetrace", "analyze", "d", "--jobs", "0"]).is_err());
+        for bad in ["0", "-1", "nan", "inf"] {
+            let flag = format!("--peak-tflops={bad}");
+            let e = parse(&["kinetrace", "analyze", "d", &flag]).unwrap_err();
+            assert!(
+                e.to_string().contains("--peak-tflops must be"),
+                "{bad}: {e}"
+            );
+            let flag = format!("--peak-bandwidth={bad}");
+            let e = parse(&["kinetrace", "analyze", "d", &flag]).unwrap_err();
+            assert!(
+                e.to_string().contains("--peak-bandwidth must be"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn peaks_reach_the_options() {
+        let p = parse(&[
+            "kinetrace",
+            "analyze",
+            "d",
+            "--peak-tflops",
+            "989.5",
+            "--peak-bandwidth",
+            "3.35",
+        ])
+        .unwrap();
+        assert_eq!(
+            p.options.peaks,
+            PeakOverride {
+                tflops: Some(989.5),
+                tb_per_s: Some(3.35)
+            }
+        );
+        let p = parse(&[
+            "kinetrace",
+            "analyze",
+            "d",
+            "--only",
+            "collectives,efficiency",
+        ])
+        .unwrap();
+        assert_eq!(
+            p.analyses,
+            vec![Analysis::Efficiency, Analysis::Collectives]
+        );
     }
 
     #[test]
@@ -496,6 +655,31 @@ mod tests {
     }
 
     #[test]
+    fn max_value_size_takes_sizes_and_every_reading_command_has_it() {
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("8KiB"), Ok(8 << 10));
+        assert_eq!(parse_size("2k"), Ok(2048));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        for bad in ["0", "100", "1T", "x", "M", "-1M", "99999999999999999999G"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+        let p = parse(&["kinetrace", "analyze", "d"]).unwrap();
+        assert_eq!(p.options.read.max_value_bytes, 64 << 20);
+        let p = parse(&["kinetrace", "analyze", "d", "--max-value-size", "1G"]).unwrap();
+        assert_eq!(p.options.read.max_value_bytes, 1 << 30);
+        for cmd in ["analyze", "doctor", "diff", "convert"] {
+            let c = Cli::command();
+            let sub = c.find_subcommand(cmd).unwrap();
+            assert!(
+                sub.get_arguments()
+                    .any(|a| a.get_long() == Some("max-value-size")),
+                "{cmd} has no --max-value-size"
+            );
+        }
+    }
+
+    #[test]
     fn help_has_one_line_per_analysis() {
         let help = Cli::command()
             .find_subcommand_mut("analyze")
@@ -503,7 +687,15 @@ mod tests {
             .render_long_help()
             .to_string();
         for name in [
-            "temporal", "overlap", "idle", "kernels", "ops", "steps", "memory",
+            "temporal",
+            "overlap",
+            "idle",
+            "kernels",
+            "ops",
+            "efficiency",
+            "collectives",
+            "steps",
+            "memory",
         ] {
             let lines = help
                 .lines()

@@ -1,10 +1,8 @@
 //! The report as CSV files, one per table.
 
-use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use kinetrace_analysis::Report;
 
 use crate::cli::Analysis;
@@ -30,14 +28,14 @@ fn opt(v: Option<f64>) -> String {
 }
 
 struct Csv {
-    path: PathBuf,
+    name: String,
     text: String,
 }
 
 impl Csv {
-    fn new(dir: &Path, name: &str, header: &[&str]) -> Csv {
+    fn new(name: &str, header: &[&str]) -> Csv {
         Csv {
-            path: dir.join(name),
+            name: name.to_string(),
             text: header.join(",") + "\n",
         }
     }
@@ -50,14 +48,23 @@ impl Csv {
 
 /// Writes the selected tables into `dir`; returns the files written.
 pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<PathBuf>> {
-    fs::create_dir_all(dir)
-        .with_context(|| format!("cannot create the CSV directory {}", dir.display()))?;
+    let out = crate::output::dir(dir, "CSV")?;
     let mut files = Vec::new();
     for a in analyses {
+        let tables = match a {
+            Analysis::Efficiency => crate::efficiency_view::efficiency_csv(&report.efficiency),
+            Analysis::Collectives => crate::efficiency_view::collectives_csv(&report.collectives),
+            _ => Vec::new(),
+        };
+        for (name, text) in tables {
+            files.push(Csv {
+                name: name.to_string(),
+                text,
+            });
+        }
         match a {
             Analysis::Temporal => {
                 let mut c = Csv::new(
-                    dir,
                     "temporal.csv",
                     &[
                         "rank",
@@ -87,11 +94,7 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                 files.push(c);
             }
             Analysis::Overlap => {
-                let mut c = Csv::new(
-                    dir,
-                    "overlap.csv",
-                    &["rank", "comp_comm_overlap_pctg", "cycle"],
-                );
+                let mut c = Csv::new("overlap.csv", &["rank", "comp_comm_overlap_pctg", "cycle"]);
                 for o in &report.comm_comp_overlap {
                     c.row(&[
                         o.rank.to_string(),
@@ -103,7 +106,6 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
             }
             Analysis::Idle => {
                 let mut c = Csv::new(
-                    dir,
                     "idle.csv",
                     &[
                         "rank",
@@ -144,11 +146,7 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                 files.push(c);
             }
             Analysis::Kernels => {
-                let mut c = Csv::new(
-                    dir,
-                    "kernel_types.csv",
-                    &["kernel_type", "sum_us", "percentage"],
-                );
+                let mut c = Csv::new("kernel_types.csv", &["kernel_type", "sum_us", "percentage"]);
                 for k in &report.kernel_type_breakdown {
                     c.row(&[
                         k.kernel_type.clone(),
@@ -158,7 +156,6 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                 }
                 files.push(c);
                 let mut c = Csv::new(
-                    dir,
                     "kernels.csv",
                     &[
                         "kernel_type",
@@ -199,7 +196,6 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
             }
             Analysis::Ops => {
                 let mut c = Csv::new(
-                    dir,
                     "ops.csv",
                     &[
                         "kind",
@@ -248,7 +244,6 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
             }
             Analysis::Steps => {
                 let mut c = Csv::new(
-                    dir,
                     "steps.csv",
                     &[
                         "rank",
@@ -279,9 +274,9 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                 }
                 files.push(c);
             }
+            Analysis::Efficiency | Analysis::Collectives => {}
             Analysis::Memory => {
                 let mut c = Csv::new(
-                    dir,
                     "memory.csv",
                     &[
                         "rank",
@@ -305,7 +300,6 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
                     ],
                 );
                 let mut tl = Csv::new(
-                    dir,
                     "memory_timeline.csv",
                     &[
                         "rank",
@@ -356,11 +350,7 @@ pub fn write(report: &Report, analyses: &[Analysis], dir: &Path) -> Result<Vec<P
     }
     let mut written = Vec::new();
     for c in files {
-        let mut f = fs::File::create(&c.path)
-            .with_context(|| format!("cannot write {}", c.path.display()))?;
-        f.write_all(c.text.as_bytes())
-            .with_context(|| format!("cannot write {}", c.path.display()))?;
-        written.push(c.path);
+        written.push(crate::output::write_in(&out, &c.name, c.text.as_bytes())?);
     }
     Ok(written)
 }

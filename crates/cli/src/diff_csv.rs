@@ -2,11 +2,9 @@
 //! (`diff_comparisons.csv`) and one per name and comparison (`diff_names.csv`), with the fields
 //! of `--json` (docs/diff.md).
 
-use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use kinetrace_analysis::diff::{Comparison, DiffReport};
 use kinetrace_analysis::units::{Num, Us};
 use serde::Serialize;
@@ -44,10 +42,9 @@ fn ranks(c: &Comparison) -> [String; 2] {
 }
 
 /// Writes the two files into `dir` (each through a temporary file renamed into place, so a file
-/// is either the old one or complete); returns their paths.
+/// is either the old one or complete: crate::output); returns their paths.
 pub fn write(report: &DiffReport, dir: &Path) -> Result<Vec<PathBuf>> {
-    fs::create_dir_all(dir)
-        .with_context(|| format!("cannot create the CSV directory {}", dir.display()))?;
+    let out = crate::output::dir(dir, "CSV")?;
     let mut comparisons = String::from(
         "base_rank,new_rank,selection,basis,base_step,new_step,base_steps,new_steps,\
          base_rows_in_no_step,new_rows_in_no_step,base_mean_step_us,new_mean_step_us,\
@@ -114,35 +111,7 @@ pub fn write(report: &DiffReport, dir: &Path) -> Result<Vec<PathBuf>> {
         ("diff_comparisons.csv", comparisons),
         ("diff_names.csv", names),
     ] {
-        let path = dir.join(file);
-        publish(&path, text.as_bytes())?;
-        written.push(path);
+        written.push(crate::output::write_in(&out, file, text.as_bytes())?);
     }
     Ok(written)
-}
-
-/// Writes `bytes` to a new temporary file next to `path`, then renames it over `path`.
-fn publish(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("diff.csv");
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let context = || format!("cannot write {}", path.display());
-    // `create_new`: never a file (or link) that was already there.
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .with_context(|| format!("cannot create {}", tmp.display()))?;
-    if let Err(e) = f.write_all(bytes).and_then(|()| f.sync_all()) {
-        let _ = fs::remove_file(&tmp);
-        return Err(e).with_context(context);
-    }
-    if let Err(e) = fs::rename(&tmp, path) {
-        let _ = fs::remove_file(&tmp);
-        return Err(e).with_context(context);
-    }
-    Ok(())
 }

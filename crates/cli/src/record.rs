@@ -18,7 +18,9 @@ use crate::signals::Forwarder;
 const PY_INIT: &str = include_str!("../../../python/kinetrace/__init__.py");
 const PY_SITE: &str = include_str!("../../../python/sitecustomize.py");
 const PY_TORCH: &str = include_str!("../../../python/kinetrace/_torch.py");
+const PY_DIST: &str = include_str!("../../../python/kinetrace/_dist.py");
 const PY_EXT: &str = include_str!("../../../python/kinetrace/_ext.py");
+const PY_PROFILE: &str = include_str!("../../../python/kinetrace/_profile.py");
 const PY_EXT_SOURCE: &str = include_str!("../../../python/kinetrace/_ops_ext.cpp");
 
 pub const RECORD_AFTER_HELP: &str = "\
@@ -148,7 +150,8 @@ pub struct RecordArgs {
     /// NVTX ranges whose message matches this glob (`*`, `?`) mark steps, e.g. 'train_step*'.
     #[arg(long, value_name = "GLOB")]
     pub step_nvtx: Option<String>,
-    /// PyTorch jobs: also record each op's input shapes (Input Dims), as record_shapes=True does.
+    /// PyTorch jobs: also record each op's inputs as record_shapes=True does (Input Dims, Input
+    /// type, Input Strides, Concrete Inputs), and c10d collectives' args on every backend.
     #[arg(long)]
     pub record_shapes: bool,
     /// PyTorch jobs: record no ATen ops or module ranges (GPU activity and steps only).
@@ -212,7 +215,7 @@ impl RecordArgs {
         let inherited: Vec<(String, String)> = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();
-        self.plan_with(&inherited, find_shim(), std::env::current_dir()?)
+        self.plan_with(&inherited, crate::shim::find(), std::env::current_dir()?)
     }
 
     /// [`plan`](Self::plan) with the environment, shim and working directory given (tests).
@@ -384,35 +387,6 @@ pub fn utc_stamp(secs: u64) -> String {
     )
 }
 
-/// The shim: `KINETRACE_PRELOAD_PATH`, else next to this executable, else `../lib[/kinetrace]/`.
-fn find_shim() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("KINETRACE_PRELOAD_PATH") {
-        let p = PathBuf::from(p);
-        if p.is_file() {
-            return Ok(p);
-        }
-        bail!(
-            "KINETRACE_PRELOAD_PATH names {}, which does not exist",
-            p.display()
-        );
-    }
-    let exe = std::env::current_exe().context("cannot locate the kinetrace executable")?;
-    let dir = exe.parent().unwrap_or(Path::new("."));
-    for c in [
-        dir.join("libkinetrace.so"),
-        dir.join("../lib/libkinetrace.so"),
-        dir.join("../lib/kinetrace/libkinetrace.so"),
-    ] {
-        if c.is_file() {
-            return Ok(c.canonicalize().unwrap_or(c));
-        }
-    }
-    bail!(
-        "cannot find libkinetrace.so next to {} (build it with `cargo build -p kinetrace-preload`, or set KINETRACE_PRELOAD_PATH)",
-        exe.display()
-    )
-}
-
 /// `ROCP_TOOL_LIBRARIES` with the shim in it: rocprofiler-sdk registers the libraries it names as
 /// tools when a ROCm runtime starts, the dependable way in on AMD (docs/rocm-support.md). Tools
 /// already named stay first. The SDK splits the list on `:` and some versions drop the entry after
@@ -566,7 +540,9 @@ fn python_dir() -> Result<tempfile::TempDir> {
     for (name, text) in [
         ("kinetrace/__init__.py", PY_INIT),
         ("kinetrace/_torch.py", PY_TORCH),
+        ("kinetrace/_dist.py", PY_DIST),
         ("kinetrace/_ext.py", PY_EXT),
+        ("kinetrace/_profile.py", PY_PROFILE),
         ("kinetrace/_ops_ext.cpp", PY_EXT_SOURCE),
         ("sitecustomize.py", PY_SITE),
     ] {
@@ -674,9 +650,11 @@ fn report(plan: &RecordPlan, status: std::process::ExitStatus) {
     // Only the unfinished files of processes that are gone: one that outlived the command (started
     // in the background) is still writing its trace.
     let removed = match kinetrace_agent::control::effective_uid() {
-        Some(uid) => kinetrace::export::writer::remove_abandoned(&plan.run_dir, uid, &|pid| {
-            !Path::new(&format!("/proc/{pid}")).exists()
-        })
+        Some(uid) => kinetrace::export::writer::remove_abandoned(
+            &plan.run_dir,
+            uid,
+            &kinetrace_agent::process_is_gone,
+        )
         .len(),
         None => 0,
     };

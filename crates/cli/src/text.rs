@@ -38,6 +38,14 @@ pub fn render(report: &Report, analyses: &[Analysis], top: usize, sort: OpSort) 
             Analysis::Idle => vec![idle(report)],
             Analysis::Kernels => vec![kernel_types(report), kernels(report)],
             Analysis::Ops => vec![ops(report, sort)],
+            Analysis::Efficiency => {
+                out.push_str(&crate::efficiency_view::efficiency_text(report, top));
+                continue;
+            }
+            Analysis::Collectives => {
+                out.push_str(&crate::efficiency_view::collectives_text(report, top));
+                continue;
+            }
             Analysis::Steps => vec![steps(report)],
             Analysis::Memory => vec![memory(report)],
         };

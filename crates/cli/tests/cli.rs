@@ -77,8 +77,8 @@ fn a_cpu_only_trace_gets_one_line_for_the_gpu_sections() {
         .collect();
     assert_eq!(
         said,
-        ["GPU sections (temporal, overlap, idle, kernels): no GPU rows in any trace (a CPU-only \
-          job), nothing to show"],
+        ["GPU sections (temporal, overlap, idle, kernels, collectives): no GPU rows in any trace \
+          (a CPU-only job), nothing to show"],
         "{stdout}"
     );
     assert!(!stdout.contains("GPU time per rank"), "{stdout}");
@@ -297,7 +297,7 @@ fn doctor_without_findings_and_with_nothing_readable() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(
-        stdout.contains("no findings: none of the 16 rules fired"),
+        stdout.contains("no findings: none of the 17 rules fired"),
         "{stdout}"
     );
     // As numbered (#1..#3), the window holds the process's first steps: one info finding.
@@ -638,7 +638,7 @@ fn convert_writes_a_pftrace_and_refuses_other_outputs_and_non_traces() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert!(
         text(&o.stderr)
-            .ends_with(": 9 slices (0 overlap lanes), 3 instants, 0 counter values, 0 flows\n"),
+            .ends_with(": 9 slices (0 overlap lanes), 0 instants, 6 counter values (3 [memory] events as allocated/reserved curves), 0 flows\n"),
         "{}",
         text(&o.stderr)
     );
@@ -663,10 +663,294 @@ fn convert_writes_a_pftrace_and_refuses_other_outputs_and_non_traces() {
     assert_eq!(
         text(&o.stderr),
         format!(
-            "kinetrace: {}: not a Kineto trace: EOF while parsing an object at line 1 column 27\n",
+            "kinetrace: {}: at byte 27: unexpected end of data: the JSON is truncated (in traceEvents[0])\n",
             bad.display()
         )
     );
     // The earlier file is untouched by the failed conversion.
     assert_eq!(std::fs::read(&out).unwrap(), bytes);
+}
+
+/// Another local user plants symlinks in a shared output directory (mode 0777, not sticky) at a
+/// directory component and at the final names a root `kinetrace` writes (`convert`, `analyze
+/// --csv`, `--plot`): nothing is written through them, nothing planted is replaced, and each command
+/// fails naming what it found.
+#[test]
+fn symlinks_planted_in_a_shared_output_dir_are_never_written_through() {
+    let test = "symlinks_planted_in_a_shared_output_dir_are_never_written_through";
+    let Some(other) = kinetrace_test_support::users::other_user(test) else {
+        return;
+    };
+    use std::os::unix::fs::PermissionsExt;
+    let shared = other.world_dir();
+    let victim = tempfile::tempdir().unwrap();
+    let secret = victim.path().join("secret");
+    std::fs::write(&secret, "secret").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let input_dir = tempfile::tempdir().unwrap();
+    write(input_dir.path(), "t.json", &trace(0));
+    let input = input_dir.path().join("t.json");
+    let input = input.to_str().unwrap();
+    let as_other = |args: &[&str]| {
+        let mut c = other.command(args[0]);
+        c.args(&args[1..]).current_dir(shared.path());
+        let o = common::output(&mut c, common::RUN);
+        assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
+    };
+    let at = |p: &str| shared.path().join(p).to_str().unwrap().to_string();
+    let (victim_dir, secret_s) = (victim.path().to_str().unwrap(), secret.to_str().unwrap());
+    as_other(&["ln", "-s", victim_dir, &at("sub")]);
+    as_other(&["ln", "-s", secret_s, &at("out.pftrace")]);
+    as_other(&["mkdir", &at("csv")]);
+    for name in [
+        "idle.csv",
+        "kernel_types.csv",
+        "kernels.csv",
+        "memory.csv",
+        "memory_timeline.csv",
+        "ops.csv",
+        "overlap.csv",
+        "steps.csv",
+        "temporal.csv",
+    ] {
+        as_other(&["ln", "-s", secret_s, &at(&format!("csv/{name}"))]);
+    }
+    as_other(&["ln", "-s", secret_s, &at("csv/plot.svg")]);
+    let runs: [&[&str]; 5] = [
+        &["convert", input, &at("sub/out.pftrace")],
+        &["convert", input, &at("out.pftrace")],
+        &["analyze", input, "--csv", &at("csv")],
+        &["analyze", input, "--csv", &at("sub")],
+        &["analyze", input, "--plot", &at("csv/plot.svg")],
+    ];
+    for args in runs {
+        let o = kinetrace(args);
+        let err = text(&o.stderr);
+        assert_ne!(o.status.code(), Some(0), "{args:?} succeeded: {err}");
+        assert!(
+            err.contains("symlink") && err.contains(shared.path().to_str().unwrap()),
+            "{args:?}: {err}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&secret).unwrap(),
+            "secret",
+            "{args:?}"
+        );
+        let mode = std::fs::metadata(&secret).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{args:?}");
+        let in_victim: Vec<_> = std::fs::read_dir(victim.path()).unwrap().collect();
+        assert_eq!(
+            in_victim.len(),
+            1,
+            "{args:?}: written into the victim's directory"
+        );
+    }
+    // The planted links are still links: nothing was replaced either.
+    for p in ["out.pftrace", "csv/temporal.csv", "csv/plot.svg", "sub"] {
+        let m = std::fs::symlink_metadata(shared.path().join(p)).unwrap();
+        assert!(m.file_type().is_symlink(), "{p}");
+    }
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    enc.write_all(bytes).unwrap();
+    enc.finish().unwrap()
+}
+
+/// The shared reference traces (`../shared/traces` next to the project root): required.
+fn shared_traces() -> std::path::PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces");
+    assert!(
+        p.is_dir(),
+        "the reference traces are missing: expected ../shared/traces next to the project root ({})",
+        p.display()
+    );
+    p
+}
+
+/// `convert` reads its input with the trace reader's own input layer: every member of a
+/// concatenated gzip (it used to read the first only and call the file "not a Kineto trace"),
+/// whatever the file's name, and within `--max-value-size` (an error naming the file and the
+/// byte offset).
+#[test]
+fn convert_reads_every_gzip_member_and_keeps_the_readers_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let doc = serde_json::to_vec(&trace(0)).unwrap();
+    let mut two = gzip(&doc[..doc.len() / 3]);
+    two.extend_from_slice(&gzip(&doc[doc.len() / 3..]));
+    // Named .json.gz, and .json (the magic bytes decide).
+    for name in ["two.json.gz", "two.json"] {
+        let input = dir.path().join(name);
+        std::fs::write(&input, &two).unwrap();
+        let out = dir.path().join("two.pftrace");
+        let o = kinetrace(&["convert", input.to_str().unwrap(), out.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).ends_with(
+                ": 9 slices (0 overlap lanes), 0 instants, 6 counter values (3 [memory] events as allocated/reserved curves), 0 flows\n"
+            ),
+            "{name}: {}",
+            text(&o.stderr)
+        );
+    }
+    // One event longer than 1 KiB.
+    let mut v = trace(0);
+    v["traceEvents"][2]["args"]["note"] = json!("n".repeat(2000));
+    write(dir.path(), "long.json", &v);
+    let long = dir.path().join("long.json");
+    // The event's own text, as it is in the file (compact, same key order).
+    let event = serde_json::to_string(&v["traceEvents"][2]).unwrap();
+    let at = text(&std::fs::read(&long).unwrap()).find(&event).unwrap();
+    let o = kinetrace(&["convert", long.to_str().unwrap(), "--max-value-size", "1K"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(&format!("{}: at byte ", long.display()))
+            && err.contains("longer than the reader's limit of 1 KiB")
+            && err.contains("--max-value-size"),
+        "{err}"
+    );
+    assert!(err.contains(&format!("at byte {at}: ")), "{err}");
+    let o = kinetrace(&["convert", long.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        dir.path().join("long.pftrace").is_file(),
+        "beside the input by default"
+    );
+}
+
+/// `convert DIR [OUT]` converts each trace of a directory (the torch 2.15 CPU traces, with a
+/// broken one among them): a line per file, the broken one reported and in the exit code, the
+/// others still converted under the documented names, their `[memory]` events as counters.
+#[test]
+fn convert_converts_each_trace_of_a_folder_and_reports_the_ones_that_fail() {
+    let src = shared_traces().join("torch_2_15_cpu");
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("traces");
+    std::fs::create_dir(&traces).unwrap();
+    let mut names = Vec::new();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, traces.join(p.file_name().unwrap())).unwrap();
+        names.push(p.file_name().unwrap().to_string_lossy().into_owned());
+    }
+    names.sort();
+    assert_eq!(names.len(), 2, "{names:?}");
+    std::fs::write(
+        traces.join("a_broken.json"),
+        br#"{"traceEvents": [{"ph": "X""#,
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let o = kinetrace(&["convert", traces.to_str().unwrap(), out.to_str().unwrap()]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 4, "{err}");
+    assert!(
+        lines[0].starts_with("kinetrace: [1/3] ")
+            && lines[0].contains("a_broken.json: at byte 27:"),
+        "{err}"
+    );
+    for (i, name) in names.iter().enumerate() {
+        let pf = name.replace(".json.gz", ".pftrace");
+        let line = lines[i + 1];
+        assert!(
+            line.starts_with(&format!(
+                "kinetrace: [{}/3] wrote {}",
+                i + 2,
+                out.join(&pf).display()
+            )),
+            "{err}"
+        );
+        assert!(
+            line.contains("(55 [memory] events as allocated/reserved curves)"),
+            "{err}"
+        );
+        let bytes = std::fs::read(out.join(&pf)).unwrap();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(
+            text.contains("Total Allocated (CPU)") && text.contains("Total Reserved (CPU)"),
+            "{pf}: no memory counter tracks"
+        );
+    }
+    assert_eq!(
+        lines[3],
+        format!(
+            "kinetrace: converted 2 of 3 traces in {}; 1 failed (above)",
+            traces.display()
+        )
+    );
+    // Without OUT: beside each trace. A file as OUT for a directory is refused.
+    let o = kinetrace(&["convert", traces.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    for name in &names {
+        assert!(traces.join(name.replace(".json.gz", ".pftrace")).is_file());
+    }
+    let o = kinetrace(&["convert", traces.to_str().unwrap(), "x.pftrace"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("a directory converts into a directory"),
+        "{}",
+        text(&o.stderr)
+    );
+    // Two traces that would share an output: the second is reported, not written over the first.
+    let pair = dir.path().join("pair");
+    std::fs::create_dir(&pair).unwrap();
+    write(&pair, "r.json", &trace(0));
+    std::fs::write(
+        pair.join("r.json.gz"),
+        gzip(&serde_json::to_vec(&trace(1)).unwrap()),
+    )
+    .unwrap();
+    let o = kinetrace(&["convert", pair.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("not converted: its output"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+/// `analyze`, `doctor` and `diff` take `--max-value-size`: a trace with an event over it is a
+/// problem naming the file, the byte offset and the limit (the run goes on with the other files);
+/// the default (64M) reads it. Sizes take K, M, G.
+#[test]
+fn analyze_doctor_and_diff_read_within_max_value_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut v = trace(1);
+    v["traceEvents"][0]["args"] = json!({"note": "n".repeat(3000)});
+    write(dir.path(), "long.json", &v);
+    write(dir.path(), "ok.json", &trace(0));
+    let long = dir.path().join("long.json");
+    let ok = dir.path().join("ok.json");
+    let (l, k) = (long.to_str().unwrap(), ok.to_str().unwrap());
+    for args in [
+        vec!["analyze", l, k, "--max-value-size", "2K"],
+        vec!["doctor", l, k, "--max-value-size", "2K"],
+        vec!["diff", l, k, "--max-value-size", "2K"],
+    ] {
+        let o = kinetrace(&args);
+        let err = text(&o.stderr);
+        assert!(
+            err.contains(&format!("{l}: at byte ")) && err.contains("limit of 2 KiB"),
+            "{args:?}: {err}"
+        );
+        let o = kinetrace(&args[..3]);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o.stderr));
+        assert!(
+            !text(&o.stderr).contains("limit of"),
+            "{args:?}: {}",
+            text(&o.stderr)
+        );
+    }
+    let o = kinetrace(&["analyze", k, "--max-value-size", "lots"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("like 64M or 1G"),
+        "{}",
+        text(&o.stderr)
+    );
 }

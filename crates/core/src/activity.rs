@@ -105,15 +105,31 @@ pub struct CpuSpan {
     pub args: OpArgs,
 }
 
-/// What PyTorch says of an op beyond its name: its input shapes (Kineto's `Input Dims`) and its
-/// autograd sequence number (`Sequence number`, shared by a forward op and its backward function).
-/// Eight bytes, so it fits in a ring slot beside a span's begin.
+/// What PyTorch says of an op beyond its name: its args (`Input Dims`, `Input type`, `Input
+/// Strides`, `Concrete Inputs`, a collective's sizes and group, as one interned text: see
+/// [`crate::op_args`]), its autograd sequence number (`Sequence number`, shared by a forward op
+/// and its backward function) and its part in autograd's backward pass. Eight bytes, so it fits in
+/// a ring slot beside a span's begin.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OpArgs {
-    /// The `Input Dims` JSON text (`[[4, 8], [8, 16], []]`) interned, or [`OpArgs::NONE_ID`].
-    dims: u32,
-    /// The sequence number, or `u32::MAX`.
+    /// The interned args text, or [`OpArgs::NONE_ID`].
+    args: u32,
+    /// The sequence number in the low 30 bits ([`OpArgs::NO_SEQUENCE`]: none), the
+    /// [`AutogradRole`] in the top two.
     sequence: u32,
+}
+
+/// An op's part in autograd's backward pass, which decides where its sequence number comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AutogradRole {
+    /// Neither of the two below.
+    None,
+    /// `autograd::engine::evaluate_function: …`: PyTorch records it without a sequence number and
+    /// torch.profiler gives it the one of the backward function it runs (the op that begins next
+    /// on its thread, if that is one); the collector does the same.
+    EvaluateFunction,
+    /// A backward function (`AddmmBackward0`), PyTorch's `BACKWARD_FUNCTION` scope.
+    BackwardFunction,
 }
 
 impl Default for OpArgs {
@@ -123,32 +139,64 @@ impl Default for OpArgs {
 }
 
 impl OpArgs {
-    const NONE_ID: u32 = u32::MAX;
+    const NONE_ID: u32 = 0;
+    const NO_SEQUENCE: u32 = (1 << 30) - 1;
+    const ROLE_SHIFT: u32 = 30;
     /// Nothing beyond the name.
     pub const NONE: OpArgs = OpArgs {
-        dims: Self::NONE_ID,
-        sequence: u32::MAX,
+        args: Self::NONE_ID,
+        sequence: Self::NO_SEQUENCE,
     };
 
-    /// Args with `Input Dims` (JSON text, interned) and a sequence number, each optional. A sequence
-    /// number of `u32::MAX` or more is not kept.
-    pub fn new(input_dims: Option<NameId>, sequence: Option<u64>) -> OpArgs {
+    /// Args with an interned args text and a sequence number, each optional. A sequence number
+    /// of 2^30 - 1 or more is not kept (a thread records that many autograd ops after about a
+    /// billion of them).
+    pub fn new(args: Option<crate::op_args::ArgsId>, sequence: Option<u64>) -> OpArgs {
         OpArgs {
-            dims: input_dims.map_or(Self::NONE_ID, |n| n.0),
+            // Generations start at 1, so no valid id is 0.
+            args: args.map_or(Self::NONE_ID, |a| a.0),
             sequence: sequence
-                .and_then(|s| u32::try_from(s).ok())
-                .unwrap_or(u32::MAX),
+                .filter(|s| *s < u64::from(Self::NO_SEQUENCE))
+                .map_or(Self::NO_SEQUENCE, |s| s as u32),
         }
     }
 
-    /// The interned `Input Dims` JSON text.
-    pub fn input_dims(self) -> Option<NameId> {
-        (self.dims != Self::NONE_ID).then_some(NameId(self.dims))
+    /// The same args with `role`.
+    pub fn with_role(self, role: AutogradRole) -> OpArgs {
+        let bits = match role {
+            AutogradRole::None => 0,
+            AutogradRole::EvaluateFunction => 1,
+            AutogradRole::BackwardFunction => 2,
+        };
+        OpArgs {
+            args: self.args,
+            sequence: (self.sequence & Self::NO_SEQUENCE) | (bits << Self::ROLE_SHIFT),
+        }
+    }
+
+    /// The same args (and role) with the sequence number `sequence`.
+    pub fn with_sequence(self, sequence: Option<u64>) -> OpArgs {
+        OpArgs::new(self.args(), sequence).with_role(self.role())
+    }
+
+    /// The interned args text.
+    pub fn args(self) -> Option<crate::op_args::ArgsId> {
+        (self.args != Self::NONE_ID).then_some(crate::op_args::ArgsId(self.args))
     }
 
     /// The autograd sequence number.
     pub fn sequence(self) -> Option<u64> {
-        (self.sequence != u32::MAX).then_some(u64::from(self.sequence))
+        let s = self.sequence & Self::NO_SEQUENCE;
+        (s != Self::NO_SEQUENCE).then_some(u64::from(s))
+    }
+
+    /// The op's part in autograd's backward pass.
+    pub fn role(self) -> AutogradRole {
+        match self.sequence >> Self::ROLE_SHIFT {
+            1 => AutogradRole::EvaluateFunction,
+            2 => AutogradRole::BackwardFunction,
+            _ => AutogradRole::None,
+        }
     }
 }
 
@@ -693,6 +741,31 @@ mod tests {
             "{}",
             std::mem::size_of::<Activity>()
         );
+    }
+
+    #[test]
+    fn op_args_keep_sequence_and_role_apart() {
+        let id = crate::op_args::ArgsId(7 << 24);
+        let a = OpArgs::new(Some(id), Some(27)).with_role(AutogradRole::BackwardFunction);
+        assert_eq!(
+            (a.args(), a.sequence(), a.role()),
+            (Some(id), Some(27), AutogradRole::BackwardFunction)
+        );
+        let e = OpArgs::new(None, None).with_role(AutogradRole::EvaluateFunction);
+        assert_eq!((e.args(), e.sequence()), (None, None));
+        let e = e.with_sequence(Some(27));
+        assert_eq!(
+            (e.sequence(), e.role()),
+            (Some(27), AutogradRole::EvaluateFunction)
+        );
+        assert_eq!(OpArgs::NONE.role(), AutogradRole::None);
+        // The largest kept, and the first not kept.
+        assert_eq!(
+            OpArgs::new(None, Some((1 << 30) - 2)).sequence(),
+            Some((1 << 30) - 2)
+        );
+        assert_eq!(OpArgs::new(None, Some((1 << 30) - 1)).sequence(), None);
+        assert_eq!(std::mem::size_of::<OpArgs>(), 8);
     }
 
     #[test]

@@ -12,8 +12,10 @@ collector side. This crate has no vendor dependency.
 
 pub mod activity;
 pub mod clock;
+pub mod framework;
 pub mod intern;
 pub mod launch;
+pub mod op_args;
 pub mod recorder;
 #[allow(unsafe_code)]
 pub mod ring;
@@ -23,7 +25,9 @@ pub mod source;
 
 pub use activity::*;
 pub use clock::UnixNanos;
+pub use framework::{DistributedInfo, FrameworkOptions, FrameworkOverrides, ProcessGroupConfig};
 pub use intern::{intern, NameId, NameTable};
+pub use op_args::ArgsId;
 pub use session::{Session, SessionConfig, SessionError, Trigger};
 pub use source::{
     ActivitySource, Sink, SinkFactory, SourceError, TraceMeta, TraceOutput, WindowInfo,

@@ -164,6 +164,16 @@ pub struct WindowInfo {
     pub pid: u32,
     /// Host name.
     pub host_name: String,
+    /// The devices the sources know when the window opens (CUPTI's and rocprofiler-sdk's are
+    /// known by then): a trace writes them in its head, as Kineto does, where streaming readers
+    /// look. Devices first seen later come with [`TraceMeta::devices`].
+    pub devices: Vec<DeviceProperties>,
+    /// What the framework recorders have on in this window (written in the head as torch.profiler
+    /// writes its switches).
+    pub framework: crate::framework::FrameworkOptions,
+    /// What the job said of its distributed setup, if it did (then the head's `distributedInfo`
+    /// is this, not `rank` and `world_size`).
+    pub distributed: Option<std::sync::Arc<crate::framework::DistributedInfo>>,
 }
 
 /// Opens one [`Sink`] per window.

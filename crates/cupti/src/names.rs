@@ -22,8 +22,12 @@ pub const DRIVER_BLOCKLIST: &[&str] = &[
     "cuGetProcAddress",
 ];
 
-/// Whether a call of this (suffix-stripped) name launches or waits for GPU work (Kineto's "requires
-/// flow correlation" set).
+/// Whether a call of this (suffix-stripped) name launches or waits for GPU work: Kineto's
+/// "requires flow correlation" set, plus the driver calls that enqueue a GPU record themselves
+/// (`cuMemcpy*`, `cuMemset*`, the cooperative launches, `cuGraphLaunch`), so that every kernel,
+/// copy and memset whose call is in the trace has its flow. (A driver call the runtime makes
+/// inside one of its own calls has its own correlation id; the GPU record carries the runtime
+/// call's, so no record gets two flows.)
 pub fn launches_work(name: &str) -> bool {
     let name = name.strip_suffix("_ptsz").unwrap_or(name);
     let name = name.strip_suffix("_ptds").unwrap_or(name);
@@ -39,8 +43,13 @@ pub fn launches_work(name: &str) -> bool {
             | "cudaStreamWaitEvent"
             | "cuLaunchKernel"
             | "cuLaunchKernelEx"
+            | "cuLaunchCooperativeKernel"
+            | "cuLaunchCooperativeKernelMultiDevice"
+            | "cuGraphLaunch"
     ) || name.starts_with("cudaMemcpy")
         || name.starts_with("cudaMemset")
+        || name.starts_with("cuMemcpy")
+        || name.starts_with("cuMemset")
 }
 
 /// What the decoder needs to know about one callback id.
@@ -155,6 +164,24 @@ mod tests {
         let cu = n.get(false, 307).unwrap();
         assert_eq!(&*resolve(cu.name), "cuLaunchKernel");
         assert!(cu.launches_work);
+        // Driver calls that enqueue a copy or a memset themselves start its flow too.
+        for raw in [
+            "cuMemcpyHtoDAsync_v2",
+            "cuMemsetD32Async",
+            "cuMemcpyAsync_ptsz",
+        ] {
+            let cbid = DRIVER_CBID_NAMES
+                .iter()
+                .position(|n| *n == raw)
+                .unwrap_or_else(|| panic!("{raw} in the driver table"));
+            let info = n.get(false, cbid as u32).unwrap();
+            assert!(info.launches_work, "{raw}");
+        }
+        let ctx = DRIVER_CBID_NAMES
+            .iter()
+            .position(|n| *n == "cuCtxSynchronize")
+            .unwrap();
+        assert!(!n.get(false, ctx as u32).unwrap().launches_work);
         // Newer than the table: kept, named by number.
         assert_eq!(
             &*resolve(n.get(true, 100_000).unwrap().name),

@@ -186,7 +186,14 @@ fn run_scenario(file_name: &str, version: &str) {
         trace["cupti_kinds_failed"]
     );
 
-    // deviceProperties from the DEVICE records, in the record layout of this release.
+    // deviceProperties from the DEVICE records, in the record layout of this release. CUDA
+    // initialised inside the window (the scenario's first call), so the devices were not known
+    // when it opened: they are listed once, after the events.
+    let keys = only_trace_keys(&out);
+    assert!(
+        key_position(&keys, "deviceProperties") > key_position(&keys, "traceEvents"),
+        "{keys:?}"
+    );
     let devices = trace["deviceProperties"]
         .as_array()
         .expect("deviceProperties");
@@ -281,6 +288,12 @@ fn run_scenario(file_name: &str, version: &str) {
             }
         }
     }
+    // And each kernel, copy and memset has exactly one flow: one start on its call, one end on it
+    // (graph kernels share their launch's start).
+    assert_eq!(
+        assert_one_flow_per_gpu_record(&trace),
+        e.kernels + e.memcpy + e.memset
+    );
     // Graph kernels: one per node, graph/node ids, one shared correlation.
     let graph: Vec<&&Value> = kernels
         .iter()
@@ -847,6 +860,12 @@ fn devices_known_when_cuda_was_initialised_before_profiling() {
                 .map(|d| d["id"].as_u64().unwrap())
                 .collect();
             assert_eq!(ids, vec![0, 1]);
+            // Known when the window opened: in the head, as Kineto writes them (streaming readers
+            // look there), and only there.
+            let keys = only_trace_keys(&out);
+            assert_eq!(keys[0], "schemaVersion", "{keys:?}");
+            assert_eq!(key_position(&keys, "deviceProperties"), 1, "{keys:?}");
+            assert!(key_position(&keys, "traceEvents") > 1);
             let s = x(&trace, "cuda_sync")
                 .into_iter()
                 .find(|s| s["args"]["correlation"].as_u64() == Some(c as u64))

@@ -6,9 +6,17 @@
 //! With `KINETO_IPC_SOCKET_DIR` set, both sides use filesystem sockets `$DIR/<name>` instead (the
 //! way through separate network namespaces, such as containers); the directory string is used
 //! verbatim, since the daemon checks that a sender's path starts with its own `$DIR/`.
+//!
+//! Anyone on the node can bind the abstract name `dynolog` while the daemon is not running (not
+//! started yet, or restarting) and answer the poll. So the socket has `SO_PASSCRED` set, every
+//! datagram arrives with its sender's credentials (`SCM_CREDENTIALS`, filled in by the kernel),
+//! and only datagrams from root, this process's own uid or the one uid configured
+//! (`KINETRACE_DYNOLOG_UID`) count: [`Reply::Stranger`] for the rest.
 
-use std::io;
+use std::io::{self, IoSliceMut};
+use std::mem::MaybeUninit;
 use std::os::linux::net::SocketAddrExt;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -70,6 +78,8 @@ impl Namespace {
 pub struct Endpoint {
     socket: UnixDatagram,
     daemon: SocketAddr,
+    /// The uids whose datagrams count, besides root and this process's own.
+    allowed_uid: Option<u32>,
     /// The bound file, for a filesystem socket.
     file: Option<PathBuf>,
     buf: Vec<u8>,
@@ -87,11 +97,32 @@ pub enum Reply {
     Config(String),
     /// A datagram that is not a `req` reply: what was wrong with it.
     Malformed(String),
+    /// A datagram from a process of another user (not root, not this process's uid, not the
+    /// configured one): dropped unread.
+    Stranger {
+        /// The sender's uid (`u32::MAX` when the kernel gave no credentials).
+        uid: u32,
+        /// The sender's pid.
+        pid: i32,
+        /// Its address, in words.
+        from: String,
+    },
+}
+
+/// Whether a datagram from `uid` counts: root, this process's effective uid, or `allowed`.
+pub fn sender_allowed(uid: u32, own: u32, allowed: Option<u32>) -> bool {
+    uid == 0 || uid == own || allowed == Some(uid)
 }
 
 impl Endpoint {
-    /// Binds `name` (unique per process) in `ns`, addressing the daemon `daemon`.
-    pub fn bind(ns: &Namespace, name: &str, daemon: &str) -> io::Result<Endpoint> {
+    /// Binds `name` (unique per process) in `ns`, addressing the daemon `daemon`; datagrams count
+    /// only from root, this process's uid and `allowed_uid`.
+    pub fn bind(
+        ns: &Namespace,
+        name: &str,
+        daemon: &str,
+        allowed_uid: Option<u32>,
+    ) -> io::Result<Endpoint> {
         let own = ns.address(name)?;
         let file = own.as_pathname().map(|p| p.to_path_buf());
         if let Some(f) = &file {
@@ -99,9 +130,12 @@ impl Endpoint {
             let _ = std::fs::remove_file(f);
         }
         let socket = UnixDatagram::bind_addr(&own)?;
+        // Every datagram then carries its sender's credentials, as the kernel knows them.
+        rustix::net::sockopt::set_socket_passcred(&socket, true)?;
         Ok(Endpoint {
             socket,
             daemon: ns.address(daemon)?,
+            allowed_uid,
             file,
             buf: vec![0; MAX_DATAGRAM],
         })
@@ -122,14 +156,14 @@ impl Endpoint {
             let left = end.saturating_duration_since(Instant::now());
             let got = if left.is_zero() {
                 self.socket.set_nonblocking(true)?;
-                let r = self.socket.recv_from(&mut self.buf);
+                let r = self.recv();
                 self.socket.set_nonblocking(false)?;
                 r
             } else {
                 self.socket.set_read_timeout(Some(left))?;
-                self.socket.recv_from(&mut self.buf)
+                self.recv()
             };
-            let (n, from) = match got {
+            let (n, from, cred) = match got {
                 Ok(x) => x,
                 Err(e)
                     if matches!(
@@ -142,7 +176,16 @@ impl Endpoint {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             };
-            // Any local process can send to an abstract name: only the daemon's datagrams count.
+            // Any local process can send to an abstract name, and bind the daemon's while it is
+            // not running: only datagrams of trusted users, from the daemon's name, count.
+            let (uid, pid) = cred.unwrap_or((u32::MAX, 0));
+            if !sender_allowed(uid, rustix::process::geteuid().as_raw(), self.allowed_uid) {
+                return Ok(Reply::Stranger {
+                    uid,
+                    pid,
+                    from: describe_addr(&from),
+                });
+            }
             if !same_address(&from, &self.daemon) {
                 return Ok(Reply::Malformed(format!(
                     "a datagram from {}, not from the daemon",
@@ -161,21 +204,64 @@ impl Endpoint {
     }
 }
 
-fn same_address(a: &SocketAddr, b: &SocketAddr) -> bool {
-    match (a.as_abstract_name(), b.as_abstract_name()) {
-        (Some(x), Some(y)) => x == y,
-        (None, None) => a.as_pathname().is_some() && a.as_pathname() == b.as_pathname(),
+impl Endpoint {
+    /// One datagram: its length, the sender's address and its credentials.
+    fn recv(&mut self) -> io::Result<(usize, Address, Option<Cred>)> {
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmCredentials(1))];
+        let mut control = rustix::net::RecvAncillaryBuffer::new(&mut space);
+        let mut iov = [IoSliceMut::new(&mut self.buf)];
+        let msg = rustix::net::recvmsg(
+            &self.socket,
+            &mut iov,
+            &mut control,
+            rustix::net::RecvFlags::CMSG_CLOEXEC,
+        )?;
+        let mut cred = None;
+        for m in control.drain() {
+            if let rustix::net::RecvAncillaryMessage::ScmCredentials(c) = m {
+                cred = Some((c.uid.as_raw(), c.pid.as_raw_nonzero().get()));
+            }
+        }
+        let from = match msg
+            .address
+            .and_then(|a| rustix::net::SocketAddrUnix::try_from(a).ok())
+        {
+            Some(a) => match (a.abstract_name(), a.path()) {
+                (Some(n), _) => Address::Abstract(n.to_vec()),
+                (None, Some(p)) => {
+                    Address::Path(PathBuf::from(std::ffi::OsStr::from_bytes(p.to_bytes())))
+                }
+                _ => Address::Unnamed,
+            },
+            None => Address::Unnamed,
+        };
+        Ok((msg.bytes.min(self.buf.len()), from, cred))
+    }
+}
+
+/// A sender's (uid, pid), as the kernel vouches for them.
+type Cred = (u32, i32);
+
+/// A sender's address.
+enum Address {
+    Abstract(Vec<u8>),
+    Path(PathBuf),
+    Unnamed,
+}
+
+fn same_address(a: &Address, b: &SocketAddr) -> bool {
+    match (a, b.as_abstract_name(), b.as_pathname()) {
+        (Address::Abstract(x), Some(y), _) => x == y,
+        (Address::Path(p), None, Some(q)) => p == q,
         _ => false,
     }
 }
 
-fn describe_addr(a: &SocketAddr) -> String {
-    if let Some(n) = a.as_abstract_name() {
-        format!("@{}", String::from_utf8_lossy(n).trim_end_matches('\0'))
-    } else if let Some(p) = a.as_pathname() {
-        p.display().to_string()
-    } else {
-        "an unnamed socket".to_string()
+fn describe_addr(a: &Address) -> String {
+    match a {
+        Address::Abstract(n) => format!("@{}", String::from_utf8_lossy(n).trim_end_matches('\0')),
+        Address::Path(p) => p.display().to_string(),
+        Address::Unnamed => "an unnamed socket".to_string(),
     }
 }
 
@@ -190,6 +276,16 @@ impl Drop for Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_root_this_uid_and_the_configured_one_are_heard() {
+        assert!(sender_allowed(0, 1000, None));
+        assert!(sender_allowed(1000, 1000, None));
+        assert!(!sender_allowed(1001, 1000, None));
+        assert!(sender_allowed(1001, 1000, Some(1001)));
+        assert!(!sender_allowed(1002, 1000, Some(1001)));
+        assert!(!sender_allowed(u32::MAX, 1000, None));
+    }
 
     #[test]
     fn abstract_names_carry_a_trailing_nul_and_dirs_are_used_verbatim() {
@@ -212,7 +308,8 @@ mod tests {
         let daemon =
             UnixDatagram::bind_addr(&Namespace::Abstract.address(&daemon_name).unwrap()).unwrap();
         let client_name = format!("kinetrace-test-client-{}", std::process::id());
-        let mut client = Endpoint::bind(&Namespace::Abstract, &client_name, &daemon_name).unwrap();
+        let mut client =
+            Endpoint::bind(&Namespace::Abstract, &client_name, &daemon_name, None).unwrap();
         client.send(&wire::encode(wire::REQ, b"x")).unwrap();
         let mut buf = [0u8; 128];
         let (n, from) = daemon.recv_from(&mut buf).unwrap();

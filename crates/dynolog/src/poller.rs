@@ -1,6 +1,7 @@
 //! The polling thread and the rules for starting it.
 
 use std::io;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -13,6 +14,7 @@ use kinetrace_core::session::{
 };
 use kinetrace_core::{Sink, SinkFactory, TraceMeta, TraceOutput, WindowInfo};
 use kinetrace_export::TraceDir;
+use kinetrace_files::Dir;
 
 use crate::endpoint::{Endpoint, Namespace, Reply, DAEMON};
 use crate::request::{self, Context, Start};
@@ -42,6 +44,9 @@ pub struct Settings {
     pub trace_dir: String,
     /// `KINETO_USE_DAEMON` is set (libkineto polls when it is, whatever its value).
     pub use_daemon: bool,
+    /// A uid besides root and this process's whose replies count (`KINETRACE_DYNOLOG_UID`: a
+    /// daemon run as a service user); replies of any other user are dropped.
+    pub allowed_uid: Option<u32>,
 }
 
 impl Settings {
@@ -61,6 +66,7 @@ impl Settings {
             job_id: job_id(var("SLURM_JOB_ID").as_deref()),
             trace_dir: Context::trace_dir_from(var("KINETO_ONDEMAND_TRACE_DIR").as_deref()),
             use_daemon: std::env::var_os("KINETO_USE_DAEMON").is_some(),
+            allowed_uid: None,
         }
     }
 }
@@ -198,7 +204,7 @@ fn client_name() -> String {
 /// The thread's loop: poll, handle the reply, sleep, until stopped or the session is gone.
 fn run(session: &SessionHandle, s: &Settings, log: &LogFn, stop: &AtomicBool) {
     let name = client_name();
-    let mut ep = match Endpoint::bind(&s.namespace, &name, &s.daemon) {
+    let mut ep = match Endpoint::bind(&s.namespace, &name, &s.daemon, s.allowed_uid) {
         Ok(ep) => ep,
         Err(e) => {
             log(&format!(
@@ -210,7 +216,7 @@ fn run(session: &SessionHandle, s: &Settings, log: &LogFn, stop: &AtomicBool) {
     };
     let pids = ancestor_pids();
     let mut said_absent = false;
-    let mut said_garbage = false;
+    let mut said = Said::default();
     while !stop.load(Ordering::Relaxed) {
         // libtorch may be loaded after profiling started: once libkineto polls, stop.
         if s.use_daemon
@@ -228,7 +234,7 @@ fn run(session: &SessionHandle, s: &Settings, log: &LogFn, stop: &AtomicBool) {
         loop {
             match ep.receive(Duration::ZERO) {
                 Ok(Reply::None) | Err(_) => break,
-                Ok(r) => on_reply(r, session, s, log, &mut said_garbage),
+                Ok(r) => on_reply(r, session, s, log, &mut said),
             }
         }
         let poll = wire::encode(wire::REQ, &wire::request_payload(kind, s.job_id, &pids));
@@ -245,7 +251,7 @@ fn run(session: &SessionHandle, s: &Settings, log: &LogFn, stop: &AtomicBool) {
                 }
             }
             Ok(()) => match ep.receive(REPLY_WAIT) {
-                Ok(r) => on_reply(r, session, s, log, &mut said_garbage),
+                Ok(r) => on_reply(r, session, s, log, &mut said),
                 Err(e) => {
                     log(&format!(
                         "dynolog: cannot read from the client socket: {e}; dynolog requests are off"
@@ -265,9 +271,31 @@ fn run(session: &SessionHandle, s: &Settings, log: &LogFn, stop: &AtomicBool) {
     }
 }
 
-/// Acts on one reply: a request is handled, garbage said once until a good reply comes.
-fn on_reply(r: Reply, session: &SessionHandle, s: &Settings, log: &LogFn, said_garbage: &mut bool) {
+/// What was said already, so that a daemon sending garbage or a stranger answering every poll
+/// costs one line, not one per poll.
+#[derive(Default)]
+struct Said {
+    garbage: bool,
+    strangers: Vec<u32>,
+}
+
+/// Acts on one reply: a request is handled, garbage said once until a good reply comes, a
+/// stranger's datagram dropped with one line per stranger.
+fn on_reply(r: Reply, session: &SessionHandle, s: &Settings, log: &LogFn, said: &mut Said) {
+    let said_garbage = &mut said.garbage;
     match r {
+        Reply::Stranger { uid, pid, from } => {
+            if !said.strangers.contains(&uid) && said.strangers.len() < 16 {
+                said.strangers.push(uid);
+                log(&format!(
+                    "dynolog: dropped a reply from uid {uid} (pid {pid}, {from}): only root, this \
+                     process's uid {} and KINETRACE_DYNOLOG_UID{} are heard; another user may be \
+                     holding the daemon's name",
+                    rustix::process::geteuid().as_raw(),
+                    s.allowed_uid.map(|u| format!(" ({u})")).unwrap_or_default()
+                ));
+            }
+        }
         Reply::Config(text) => {
             *said_garbage = false;
             if !text.trim().is_empty() {
@@ -321,15 +349,21 @@ fn handle(session: &SessionHandle, s: &Settings, log: &LogFn, text: &str) {
             return;
         }
     };
-    let (Some(dir), Some(file)) = (r.log_file.parent(), r.log_file.file_name()) else {
-        log(&format!(
-            "dynolog: request ignored: ACTIVITIES_LOG_FILE: `{}` names no file",
-            r.log_file.display()
-        ));
-        return;
+    // Opened now, one component at a time below the on-demand directory: no symlink, only
+    // directories of this uid or root that no one else may write to (unless sticky). The trace is
+    // written below what was opened now.
+    let place = match Dir::locate(Path::new(&s.trace_dir)).and_then(|p| p.join(&r.dir)) {
+        Ok(p) => p,
+        Err(e) => {
+            log(&format!(
+                "dynolog: request refused: ACTIVITIES_LOG_FILE: `{}`: {e}",
+                r.log_file.display()
+            ));
+            return;
+        }
     };
-    let mut target = TraceDir::new(dir);
-    target.file_name = Some(file.to_string_lossy().into_owned());
+    let mut target = TraceDir::at(place);
+    target.file_name = Some(r.file_name.clone());
     let mut metadata = vec![("kinetrace_trigger".to_string(), "dynolog".to_string())];
     for (k, v) in &r.trace_ids {
         metadata.push((format!("dynolog_{}", k.to_ascii_lowercase()), v.clone()));
@@ -339,8 +373,7 @@ fn handle(session: &SessionHandle, s: &Settings, log: &LogFn, text: &str) {
             "dynolog_not_applied".to_string(),
             format!(
                 "{}: kinetrace does not apply these per request (no Python stacks, FLOP estimates \
-                 or memory snapshots; input shapes and module ranges follow the process's own \
-                 settings)",
+                 or memory snapshots; module ranges follow the process's own settings)",
                 r.ignored.join(", ")
             ),
         ));
@@ -351,6 +384,7 @@ fn handle(session: &SessionHandle, s: &Settings, log: &LogFn, text: &str) {
     };
     let mut req = CaptureRequest::new(start, r.length);
     req.sinks = Some(Box::new(Annotated { target, metadata }));
+    req.framework = r.framework;
     match session.request_capture(req) {
         Ok(plan) => log(&format!(
             "dynolog: capturing {} into {}",

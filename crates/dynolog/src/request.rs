@@ -2,12 +2,20 @@
 //! `Config::handleOption`, `Config::validate`): one `KEY=VALUE` per line, `#` starting a comment,
 //! blank lines and surrounding spaces ignored. A pure function from text (and the process's clock and
 //! step) to a [`Request`], so every rule is tested without a daemon.
+//!
+//! A request may come from someone else than the operator (see `endpoint.rs`), so what it may
+//! name is narrower than Kineto's text check: the log file lies below the on-demand directory,
+//! its path made of plain names (no `..`, no empty component) of [`SAFE`] characters, and its name
+//! ends in `.json` or `.json.gz` (the directories themselves are checked when opened: no symlink,
+//! no directory of another user or open to others). Every value that reaches the trace (trace ids,
+//! the settings not applied) is of [`SAFE`] characters too, or the request is refused.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use kinetrace_core::session::CaptureLength;
+use kinetrace_core::FrameworkOverrides;
 
 /// A request older than this (its `PROFILE_START_TIME` in the past) is refused, as Kineto does.
 pub const MAX_REQUEST_AGE: Duration = Duration::from_secs(10);
@@ -17,6 +25,11 @@ pub const DEFAULT_WARMUP: Duration = Duration::from_secs(5);
 pub const START_MARGIN: Duration = Duration::from_secs(2);
 /// Kineto's capture length when a timed request names none.
 pub const DEFAULT_DURATION: Duration = Duration::from_millis(500);
+/// The characters a request's values and paths may hold besides ASCII letters and digits: no
+/// spaces, quotes, `$`, backquotes or control characters.
+pub const SAFE: &str = "._-:+@/,=";
+/// The longest value accepted.
+pub const MAX_VALUE: usize = 256;
 
 /// What the process knows when a request arrives.
 #[derive(Clone, Debug)]
@@ -65,11 +78,18 @@ pub struct Request {
     pub length: CaptureLength,
     /// The trace file, with Kineto's `_<pid>` suffix.
     pub log_file: PathBuf,
+    /// Its directory relative to the on-demand directory (plain names; empty: that directory).
+    pub dir: PathBuf,
+    /// Its file name (ending in `.json` or `.json.gz`).
+    pub file_name: String,
     /// `REQUEST_TRACE_ID` (and `REQUEST_GROUP_TRACE_ID`), for the trace's metadata.
     pub trace_ids: Vec<(String, String)>,
     /// `KEY=VALUE` settings accepted and not applied (flags kinetrace does not record per request,
     /// keys it does not know), for the trace's metadata.
     pub ignored: Vec<String>,
+    /// What the framework recorders turn on for this capture (`PROFILE_REPORT_INPUT_SHAPES`);
+    /// `None` where the request does not say.
+    pub framework: FrameworkOverrides,
 }
 
 /// Why a request is refused: the key, what it held, and the accepted form.
@@ -110,6 +130,7 @@ pub fn parse(text: &str, ctx: &Context) -> Result<Request, RequestError> {
     let mut iterations = None;
     let mut trace_ids = Vec::new();
     let mut ignored = Vec::new();
+    let mut framework = FrameworkOverrides::default();
     for line in text.lines() {
         let line = line.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
@@ -119,6 +140,9 @@ pub fn parse(text: &str, ctx: &Context) -> Result<Request, RequestError> {
             return Err(error("line", line, "is not KEY=VALUE"));
         };
         let (key, value) = (key.trim(), value.trim());
+        // Keys and values reach the trace's metadata (the settings not applied, the trace ids).
+        check_safe(key, key)?;
+        check_safe(key, value)?;
         let int = |min: u64, form: &str| -> Result<u64, RequestError> {
             value
                 .parse::<u64>()
@@ -168,10 +192,11 @@ pub fn parse(text: &str, ctx: &Context) -> Result<Request, RequestError> {
             "REQUEST_TRACE_ID" | "REQUEST_GROUP_TRACE_ID" => {
                 trace_ids.push((key.to_string(), value.to_string()))
             }
+            "PROFILE_REPORT_INPUT_SHAPES" => framework.record_shapes = Some(boolean(key, value)?),
             _ => ignored.push(format!("{key}={value}")),
         }
     }
-    let log_file = output_path(log_file.as_deref(), ctx)?;
+    let (log_file, dir, file_name) = output_path(log_file.as_deref(), ctx)?;
     let (start, length) = if start_iteration.is_some() || roundup.is_some() {
         let Some(n) = iterations else {
             return Err(error(
@@ -219,44 +244,122 @@ pub fn parse(text: &str, ctx: &Context) -> Result<Request, RequestError> {
         start,
         length,
         log_file,
+        dir,
+        file_name,
         trace_ids,
         ignored,
+        framework,
     })
 }
 
-/// The trace file for `ACTIVITIES_LOG_FILE`: only under the on-demand directory and without `..`
-/// (Kineto's `isAllowedOnDemandTraceFile`); `x.pt.trace.json` becomes `x_<pid>.pt.trace.json` and
-/// else `x.json` becomes `x_<pid>.json` (Kineto's naming, which `dyno` prints). None given: Kineto's
-/// default `libkineto_activities_<pid>.json` in that directory.
-fn output_path(value: Option<&str>, ctx: &Context) -> Result<PathBuf, RequestError> {
+/// A flag's value, as Kineto's config reads it (`true`/`false`, `1`/`0`, `yes`/`no`, any case).
+fn boolean(key: &str, value: &str) -> Result<bool, RequestError> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" => Ok(true),
+        "false" | "0" | "no" => Ok(false),
+        _ => Err(error(key, value, "is not a boolean (true or false)")),
+    }
+}
+
+/// Whether `c` may appear in a value or a path of a request.
+fn safe_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || SAFE.contains(c)
+}
+
+/// A value (or key) of [`SAFE`] characters and at most [`MAX_VALUE`] bytes, else an error naming
+/// the key.
+fn check_safe(key: &str, value: &str) -> Result<(), RequestError> {
+    if value.len() > MAX_VALUE {
+        return Err(error(
+            key,
+            &value[..value.floor_char_boundary_compat(40)],
+            format!("… is longer than {MAX_VALUE} bytes; the request is refused"),
+        ));
+    }
+    if let Some(c) = value.chars().find(|c| !safe_char(*c)) {
+        return Err(error(
+            key,
+            &value.escape_debug().to_string(),
+            format!(
+                "holds {:?}: request values may hold only ASCII letters, digits and {SAFE} \
+                 (they reach the trace); the request is refused",
+                c
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `str::floor_char_boundary` for the MSRV.
+trait FloorBoundary {
+    fn floor_char_boundary_compat(&self, i: usize) -> usize;
+}
+
+impl FloorBoundary for str {
+    fn floor_char_boundary_compat(&self, mut i: usize) -> usize {
+        i = i.min(self.len());
+        while !self.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    }
+}
+
+/// The trace file for `ACTIVITIES_LOG_FILE`: (the path, its directory relative to the on-demand
+/// directory, its name). Only below the on-demand directory (Kineto's
+/// `isAllowedOnDemandTraceFile`), through plain names of [`SAFE`] characters, to a name ending in
+/// `.json` or `.json.gz`; `x.pt.trace.json` becomes `x_<pid>.pt.trace.json` and else `x.json`
+/// becomes `x_<pid>.json` (Kineto's naming, which `dyno` prints). None given: Kineto's default
+/// `libkineto_activities_<pid>.json` in that directory.
+fn output_path(
+    value: Option<&str>,
+    ctx: &Context,
+) -> Result<(PathBuf, PathBuf, String), RequestError> {
+    let pid = ctx.pid;
     let Some(v) = value else {
-        return Ok(PathBuf::from(format!(
-            "{}libkineto_activities_{}.json",
-            ctx.trace_dir, ctx.pid
-        )));
+        let name = format!("libkineto_activities_{pid}.json");
+        return Ok((
+            PathBuf::from(format!("{}{name}", ctx.trace_dir)),
+            PathBuf::new(),
+            name,
+        ));
     };
-    let expected = || {
+    let expected = |why: &str| {
         format!(
-            "is not allowed; expected a file path under {} without `..` (the directory \
-             KINETO_ONDEMAND_TRACE_DIR names, else /tmp/), such as {}trace.json",
+            "is not allowed ({why}); expected a path under {} (the directory \
+             KINETO_ONDEMAND_TRACE_DIR names, else /tmp/) through plain names (no `..`), ending in \
+             .json or .json.gz, such as {}trace.json",
             ctx.trace_dir, ctx.trace_dir
         )
     };
-    if !v.starts_with(&ctx.trace_dir) || v.contains("..") || v.len() == ctx.trace_dir.len() {
-        return Err(error("ACTIVITIES_LOG_FILE", v, expected()));
-    }
-    let pid = ctx.pid;
-    let named = if let Some(i) = v.find(".pt.trace.json") {
-        format!("{}_{pid}{}", &v[..i], &v[i..])
-    } else if let Some(i) = v.find(".json") {
-        format!("{}_{pid}{}", &v[..i], &v[i..])
-    } else {
-        v.to_string()
+    let refuse = |why: &str| Err(error("ACTIVITIES_LOG_FILE", v, expected(why)));
+    let Some(rest) = v.strip_prefix(&ctx.trace_dir) else {
+        return refuse("outside the on-demand directory");
     };
-    if named.ends_with('/') {
-        return Err(error("ACTIVITIES_LOG_FILE", v, expected()));
+    let parts: Vec<&str> = rest.split('/').collect();
+    if parts
+        .iter()
+        .any(|p| p.is_empty() || *p == "." || *p == "..")
+    {
+        return refuse("an empty, `.` or `..` component");
     }
-    Ok(PathBuf::from(named))
+    if let Some(c) = rest.chars().find(|c| !safe_char(*c)) {
+        return refuse(&format!("the character {c:?}"));
+    }
+    let (file, dirs) = parts.split_last().unwrap_or((&"", &[]));
+    let named = if let Some(i) = file.find(".pt.trace.json") {
+        format!("{}_{pid}{}", &file[..i], &file[i..])
+    } else if let Some(i) = file.find(".json") {
+        format!("{}_{pid}{}", &file[..i], &file[i..])
+    } else {
+        file.to_string()
+    };
+    if !(named.ends_with(".json") || named.ends_with(".json.gz")) || named.starts_with('.') {
+        return refuse("the file name must end in .json or .json.gz and not start with `.`");
+    }
+    let dir: PathBuf = dirs.iter().collect();
+    let log_file = Path::new(&ctx.trace_dir).join(&dir).join(&named);
+    Ok((log_file, dir, named))
 }
 
 #[cfg(test)]
@@ -294,11 +397,43 @@ mod tests {
         assert_eq!(
             r.ignored,
             [
-                "PROFILE_REPORT_INPUT_SHAPES=false",
                 "PROFILE_WITH_STACK=false",
                 "PROFILE_WITH_FLOPS=false",
                 "PROFILE_WITH_MODULES=false"
             ]
+        );
+        // `dyno gputrace` without --record-shapes asks for none, and the capture gets none.
+        assert_eq!(r.framework.record_shapes, Some(false));
+    }
+
+    #[test]
+    fn input_shapes_are_honoured_per_request() {
+        let c = ctx();
+        let with = |v: &str| {
+            parse(
+                &format!(
+                    "PROFILE_REPORT_INPUT_SHAPES={v}
+"
+                ),
+                &c,
+            )
+        };
+        for (v, want) in [("true", true), ("1", true), ("False", false), ("0", false)] {
+            let r = with(v).unwrap();
+            assert_eq!(r.framework.record_shapes, Some(want), "{v}");
+            assert!(r.ignored.is_empty());
+        }
+        assert_eq!(
+            parse("ACTIVITIES_DURATION_MSECS=5", &c)
+                .unwrap()
+                .framework
+                .record_shapes,
+            None
+        );
+        let e = with("maybe").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "PROFILE_REPORT_INPUT_SHAPES: `maybe` is not a boolean (true or false)"
         );
     }
 
@@ -350,19 +485,37 @@ mod tests {
             file("/tmp/a.pt.trace.json", &c).unwrap().log_file,
             PathBuf::from("/tmp/a_4242.pt.trace.json")
         );
+        let r = file("/tmp/run/x/t.json.gz", &c).unwrap();
+        assert_eq!(r.log_file, PathBuf::from("/tmp/run/x/t_4242.json.gz"));
         assert_eq!(
-            file("/tmp/plain", &c).unwrap().log_file,
-            PathBuf::from("/tmp/plain")
+            (r.dir, r.file_name),
+            (PathBuf::from("run/x"), "t_4242.json.gz".into())
+        );
+        // Only the file name gets the pid, whatever the directories are called.
+        assert_eq!(
+            file("/tmp/a.json.d/t.json", &c).unwrap().log_file,
+            PathBuf::from("/tmp/a.json.d/t_4242.json")
         );
         for bad in [
             "/etc/passwd.json",
             "/tmp/../etc/x.json",
             "/tmpx/a.json",
             "/tmp/",
+            "/tmp/plain",
+            "/tmp/x/.bashrc",
+            "/tmp/a//b.json",
+            "/tmp/./b.json",
+            "/tmp/x/",
+            "/tmp/a b.json",
+            "/tmp/$(id).json",
         ] {
             let e = file(bad, &c).unwrap_err();
             assert_eq!(e.key, "ACTIVITIES_LOG_FILE", "{bad}");
-            assert!(e.to_string().contains("under /tmp/ without `..`"), "{e}");
+            let e = e.to_string();
+            assert!(
+                e.contains("expected a path under /tmp/") || e.contains("the request is refused"),
+                "{e}"
+            );
         }
         assert_eq!(
             parse("ACTIVITIES_DURATION_MSECS=5", &c).unwrap().log_file,
@@ -375,6 +528,28 @@ mod tests {
             file("/data/traces/a.json", &c).unwrap().log_file,
             PathBuf::from("/data/traces/a_4242.json")
         );
+    }
+
+    #[test]
+    fn values_that_reach_the_trace_hold_only_safe_characters() {
+        let c = ctx();
+        for bad in [
+            "REQUEST_TRACE_ID=$(id>/tmp/x)",
+            "REQUEST_GROUP_TRACE_ID=a b",
+            "PROFILE_WITH_STACK=`touch x`",
+            "NEW_KEY=x;y",
+            "BAD\"KEY=1",
+        ] {
+            let e = parse(bad, &c).unwrap_err();
+            assert!(
+                e.to_string().contains("the request is refused"),
+                "{bad}: {e}"
+            );
+        }
+        let e = parse(&format!("REQUEST_TRACE_ID={}", "a".repeat(300)), &c).unwrap_err();
+        assert!(e.to_string().contains("longer than 256 bytes"), "{e}");
+        let r = parse("REQUEST_TRACE_ID=4f2a-9:b", &c).unwrap();
+        assert_eq!(r.trace_ids[0].1, "4f2a-9:b");
     }
 
     #[test]

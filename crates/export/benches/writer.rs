@@ -133,6 +133,7 @@ fn bench<M: Measurement>(c: &mut Criterion<M>, group: &str) {
         worker: "bench".into(),
         gzip: false,
         file_name: None,
+        place: None,
     };
     let meta = TraceMeta {
         window_start: acts[0].start,

@@ -2,14 +2,21 @@
 //!
 //! A trace is written in one pass, so each top-level key goes where it is known:
 //!
-//! - the **head**, written when the window opens: `schemaVersion`, `distributedInfo` (HTA reads the
-//!   rank with a regex from the start of the file, so it comes first), `kinetrace_version`,
+//! - the **head**, written when the window opens: `schemaVersion`, `deviceProperties` when the
+//!   sources know their devices by then (CUPTI and rocprofiler-sdk do; Kineto writes it here, and
+//!   streaming readers take it from the head), `distributedInfo` (HTA reads the rank with a regex
+//!   from the start of the file, so it comes before anything long), `kinetrace_version`,
 //!   `host_name`, `displayTimeUnit` (Perfetto honours it only near the start) and
 //!   `baseTimeNanoseconds`, then `"traceEvents": [`;
 //! - the **events**, streamed;
 //! - the **footer** events: metadata events for every row used, the span row, `Record Window End`;
-//! - the **tail**, known only when the window has ended: `deviceProperties`, `trace_id`, the
-//!   sources' and the user's metadata, `dropped_events`, and `traceName` last.
+//! - the **tail**, known only when the window has ended: `deviceProperties` when the head had none
+//!   (devices first seen during the window, or `[]` without a GPU), `trace_id`, the sources' and
+//!   the user's metadata, `dropped_events`, and `traceName` last.
+//!
+//! A device first seen after the head listed others (a second GPU backend added mid-window) makes
+//! the tail write the whole list again under the same key: readers that keep the last value of a
+//! key (Python's `json`, serde_json, ours) get every device, streaming readers the head's.
 //!
 //! Kineto itself writes `distributedInfo` after `traceEvents` for on-demand traces, and HTA,
 //! torch-tb-profiler, Perfetto and our reader all load keys from either side of the array.
@@ -17,7 +24,7 @@
 use std::collections::BTreeSet;
 
 use kinetrace_core::activity::DeviceProperties;
-use kinetrace_core::{TraceMeta, WindowInfo};
+use kinetrace_core::{DistributedInfo, TraceMeta, WindowInfo};
 
 use crate::encoder::{Events, TraceEncoder};
 use crate::json::{
@@ -37,8 +44,13 @@ pub(crate) fn head(
     let mut doc = OpenObject::<Lines>::begin(out);
     doc.members(out, |d| {
         d.u64(key!("schemaVersion"), 1);
-        if let Some(rank) = window.rank {
-            // `"rank": N` with a space: HTA finds the rank with the regex `"rank":\s+(\d+)`.
+        if !window.devices.is_empty() {
+            device_properties(d, &window.devices);
+        }
+        // `"rank": N` with a space: HTA finds the rank with the regex `"rank":\s+(\d+)`.
+        if let Some(info) = &window.distributed {
+            d.object::<Inline>(key!("distributedInfo"), |i| distributed(info, i));
+        } else if let Some(rank) = window.rank {
             d.object::<Inline>(key!("distributedInfo"), |i| {
                 i.u64(key!("rank"), rank as u64);
                 if let Some(ws) = window.world_size {
@@ -47,6 +59,17 @@ pub(crate) fn head(
             });
         }
         d.str(key!("kinetrace_version"), env!("CARGO_PKG_VERSION"));
+        // torch.profiler's switches, `1` when on, in the order it writes them.
+        let f = window.framework;
+        for (on, k) in [
+            (f.with_stack, key!("with_stack")),
+            (f.profile_memory, key!("profile_memory")),
+            (f.record_shapes, key!("record_shapes")),
+        ] {
+            if on {
+                d.u64(k, 1);
+            }
+        }
         d.str(key!("host_name"), &window.host_name);
         d.str(key!("displayTimeUnit"), "ms");
         d.u64(key!("baseTimeNanoseconds"), base_ns);
@@ -54,27 +77,76 @@ pub(crate) fn head(
     doc.begin_array::<Rows>(out, key!("traceEvents"))
 }
 
+/// `distributedInfo` as torch.profiler writes it (its keys, in its order).
+fn distributed(info: &DistributedInfo, i: &mut Object<'_, Inline>) {
+    if let Some(b) = &info.backend {
+        i.str(key!("backend"), b);
+    }
+    i.u64(key!("rank"), u64::from(info.rank));
+    if let Some(ws) = info.world_size {
+        i.u64(key!("world_size"), u64::from(ws));
+    }
+    if let Some(n) = info.pg_count {
+        i.u64(key!("pg_count"), n);
+    }
+    if let Some(groups) = &info.pg_config {
+        i.array::<Inline>(key!("pg_config"), |a| {
+            for g in groups {
+                a.object::<Inline>(|o| {
+                    o.str(key!("pg_name"), &g.pg_name);
+                    o.str(key!("pg_desc"), &g.pg_desc);
+                    o.str(key!("backend_config"), &g.backend_config);
+                    o.u64(key!("pg_size"), g.pg_size);
+                    o.array::<Inline>(key!("ranks"), |r| {
+                        for rank in &g.ranks {
+                            r.u64(*rank);
+                        }
+                    });
+                });
+            }
+        });
+    }
+    if let Some(v) = &info.nccl_version {
+        i.str(key!("nccl_version"), v);
+    }
+}
+
 impl TraceEncoder {
     /// Ends the document: the metadata events for every row used, the span row and
     /// `Record Window End`, then `]`, the keys known only now, and `}`. `trace_name` becomes
     /// `traceName` (Kineto writes the output path there).
     pub fn finish(self, meta: &TraceMeta, trace_name: &str, out: &mut Vec<u8>) {
-        let TraceEncoder { ev, mut doc } = self;
+        let TraceEncoder {
+            ev,
+            mut doc,
+            head_devices,
+        } = self;
         doc.elements(out, |events| footer(&ev, meta, events));
         let mut doc = doc.end(out);
-        doc.members(out, |d| tail(meta, trace_name, d));
+        doc.members(out, |d| tail(meta, &head_devices, trace_name, d));
         doc.end(out);
         out.push(b'\n');
     }
 }
 
-/// The keys known only at the end.
-fn tail(meta: &TraceMeta, trace_name: &str, d: &mut Object<'_, Lines>) {
+/// `"deviceProperties": [...]`, one device per line.
+fn device_properties(d: &mut Object<'_, Lines>, devices: &[DeviceProperties]) {
     d.array::<NestedRows>(key!("deviceProperties"), |a| {
-        for dev in &meta.devices {
+        for dev in devices {
             a.object::<Inline>(|o| device(dev, o));
         }
     });
+}
+
+/// The keys known only at the end. `head_devices`: the ids the head listed.
+fn tail(meta: &TraceMeta, head_devices: &[u32], trace_name: &str, d: &mut Object<'_, Lines>) {
+    let late = meta
+        .devices
+        .iter()
+        .any(|dev| !head_devices.contains(&dev.id));
+    if head_devices.is_empty() || late {
+        device_properties(d, &meta.devices);
+    }
     d.str(key!("trace_id"), &meta.trace_id);
     for (k, v) in &meta.metadata {
         // Keys HTA's rank regex or the format itself own are not user metadata.
@@ -255,6 +327,9 @@ fn is_reserved_key(k: &str) -> bool {
             | "host_name"
             | "kinetrace_version"
             | "dropped_events"
+            | "with_stack"
+            | "profile_memory"
+            | "record_shapes"
     )
 }
 

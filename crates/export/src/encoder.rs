@@ -5,10 +5,11 @@
 //! Kineto's order, containers closed by the writer, so every event is balanced by construction.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use kinetrace_core::activity::*;
 use kinetrace_core::intern::NameId;
-use kinetrace_core::{UnixNanos, WindowInfo};
+use kinetrace_core::{op_args, ArgsId, UnixNanos, WindowInfo};
 
 use crate::json::{
     key, member, Array, Compact, JsonStr, Key, Lines, Member, Object, OpenArray, OpenObject, Rows,
@@ -21,6 +22,9 @@ use crate::json::{
 pub struct TraceEncoder {
     pub(crate) ev: Events,
     pub(crate) doc: OpenArray<Rows, OpenObject<Lines>>,
+    /// The ids of the devices the head listed in `deviceProperties` (empty: the head has no such
+    /// key, and the tail writes it).
+    pub(crate) head_devices: Vec<u32>,
 }
 
 impl TraceEncoder {
@@ -30,6 +34,7 @@ impl TraceEncoder {
         TraceEncoder {
             ev: Events::new(base_ns),
             doc,
+            head_devices: window.devices.iter().map(|d| d.id).collect(),
         }
     }
 
@@ -64,7 +69,39 @@ pub(crate) struct Events {
     /// Whether a name is a backward function's (`…Backward0`), by name id.
     backward_names: HashMap<NameId, bool>,
     fwdbwd_flows: u64,
+    /// Ops' args texts by id, direct-mapped (ops repeat the same few texts).
+    args: Vec<Option<(ArgsId, OpArgsText)>>,
+    /// The collective members of recent ops that have them, by the op's `External id`: GPU work
+    /// launched inside such an op gets them too, as Kineto copies `record_param_comms`' args onto
+    /// NCCL kernels. Bounded (cleared when full).
+    collectives: HashMap<u64, OpArgsText>,
     count: u64,
+}
+
+/// Entries in the args cache (a power of two).
+const ARGS_SLOTS: usize = 4096;
+
+/// An op's args text, and where its collective members start (the text's length: none).
+#[derive(Clone)]
+struct OpArgsText {
+    text: Arc<str>,
+    collective_at: usize,
+}
+
+impl OpArgsText {
+    fn new(text: Arc<str>) -> Self {
+        // The recorder writes a collective's members last, `"Collective name"` first of them.
+        let collective_at =
+            memchr::memmem::find(text.as_bytes(), br#""Collective name":"#).unwrap_or(text.len());
+        OpArgsText {
+            text,
+            collective_at,
+        }
+    }
+
+    fn collective(&self) -> &[u8] {
+        &self.text.as_bytes()[self.collective_at..]
+    }
 }
 
 type Event<'a> = Object<'a, Compact>;
@@ -135,7 +172,22 @@ impl Events {
             forward_ops: HashMap::new(),
             backward_names: HashMap::new(),
             fwdbwd_flows: 0,
+            args: vec![None; ARGS_SLOTS],
+            collectives: HashMap::new(),
             count: 0,
+        }
+    }
+
+    /// The args text of `id` (none once its generation has passed).
+    fn op_args(&mut self, id: ArgsId) -> Option<OpArgsText> {
+        let slot = &mut self.args[id.0 as usize % ARGS_SLOTS];
+        match slot {
+            Some((cached, text)) if *cached == id => Some(text.clone()),
+            _ => {
+                let text = OpArgsText::new(op_args::resolve(id)?);
+                *slot = Some((id, text.clone()));
+                Some(text)
+            }
         }
     }
 
@@ -151,15 +203,6 @@ impl Events {
             self.names.resize_with(i + 1, || None);
         }
         self.names[i].get_or_insert_with(|| JsonStr::new(&id.resolve()))
-    }
-
-    /// An interned text that is JSON already (an op's `Input Dims`, which the recorder validated):
-    /// its cached string form without the quotes (such texts hold nothing that needs escaping).
-    fn raw_json(&mut self, id: NameId) -> &[u8] {
-        let quoted = &self.name(id).0;
-        quoted
-            .get(1..quoted.len().saturating_sub(1))
-            .unwrap_or(b"null")
     }
 
     #[inline(always)]
@@ -197,6 +240,11 @@ impl Events {
         let Some(seq) = op.args.sequence() else {
             return;
         };
+        // autograd's evaluate_function range carries its backward function's number, but the
+        // flow ends at the function itself, as in torch.profiler's traces.
+        if op.args.role() == AutogradRole::EvaluateFunction {
+            return;
+        }
         let backward = match self.backward_names.get(&op.name) {
             Some(b) => *b,
             None => {
@@ -356,14 +404,22 @@ impl Events {
                     complete(e, cat);
                     e.json_str(key!("name"), self.name(s.name));
                     self.place(e, s.pid as i64, s.tid as i64, a);
-                    let dims = s.args.input_dims().map(|d| self.raw_json(d));
+                    let text = s.args.args().and_then(|id| self.op_args(id));
                     e.object_if_any::<Compact>(key!("args"), |args| {
                         external_id(args, a.external_id);
                         opt_u64(args, key!("Sequence number"), s.args.sequence());
-                        if let Some(d) = dims {
-                            args.json_raw(key!("Input Dims"), d);
+                        if let Some(t) = &text {
+                            args.raw_members(t.text.as_bytes());
                         }
                     });
+                    if let (Some(t), Some(ext)) = (text, a.external_id) {
+                        if !t.collective().is_empty() {
+                            if self.collectives.len() >= 4096 {
+                                self.collectives.clear();
+                            }
+                            self.collectives.insert(ext, t);
+                        }
+                    }
                 });
                 if matches!(a.detail, Detail::CpuOp(_)) {
                     self.fwdbwd(events, s, a);
@@ -415,6 +471,10 @@ impl Events {
                         dim3(args, key!("block"), k.block);
                         opt_u64(args, key!("graph id"), k.graph_id.map(u64::from));
                         opt_u64(args, key!("graph node id"), k.graph_node_id);
+                        let linked = a.external_id.and_then(|x| self.collectives.get(&x));
+                        if let Some(c) = linked {
+                            args.raw_members(c.collective());
+                        }
                     });
                 });
                 self.gpu_flow(events, a, k.device, k.stream as i64);

@@ -357,11 +357,23 @@ scalars! {
     };
     /// A string already in JSON form.
     json_str(s: &JsonStr) => |out: &mut Vec<u8>| out.extend_from_slice(&s.0);
-    /// A value already in JSON form, written as it is: the caller guarantees it is valid JSON.
-    json_raw(s: &[u8]) => |out: &mut Vec<u8>| out.extend_from_slice(s);
 }
 
 impl Object<'_, Compact> {
+    /// Members already in JSON form (`"a":1,"b":[2]`, no braces), written as they are after the
+    /// ones before: the caller guarantees they are valid JSON members.
+    #[inline(always)]
+    pub(crate) fn raw_members(&mut self, members: &[u8]) {
+        if members.is_empty() {
+            return;
+        }
+        let first = std::mem::replace(&mut self.empty, false);
+        if !first {
+            self.out.push(b',');
+        }
+        self.out.extend_from_slice(members);
+    }
+
     /// A literal member made by [`member!`].
     #[inline(always)]
     pub(crate) fn member(&mut self, m: Member) {

@@ -6,11 +6,13 @@ it unchanged), and a reader for Kineto traces in every timestamp variant found i
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod distributed;
 mod document;
 pub mod encoder;
 mod json;
 pub mod reader;
 pub mod writer;
 
+pub use distributed::parse_distributed_info;
 pub use reader::{read_trace, ReadError, Trace, TraceEvent};
 pub use writer::{default_worker_name, render_trace, KinetoSink, TraceDir, TraceEncoder};

@@ -8,8 +8,14 @@
 //! error at any point leaves no half-written trace under the final name. Memory stays bounded by
 //! the three buffers.
 //!
+//! Files go through `kinetrace-files`: the directory is opened once per window (or was opened when
+//! a request naming it was checked, [`TraceDir::place`]), the temporary file is created new
+//! (`O_EXCL|O_NOFOLLOW`, mode 0600, a random part in its name) relative to it, and the finished
+//! file is published with `renameat2(RENAME_NOREPLACE)`: a symlink or file planted in a shared
+//! directory is never written through or replaced.
+//!
 //! Unfinished files are hidden (`.` first) and their names end with
-//! `@{host}@{pid namespace}@{pid}.tmp`, so that what a killed process left can be told apart from a
+//! `@{host}@{pid namespace}@{pid}.tmp` (the random part comes before it), so that what a killed process left can be told apart from a
 //! live one's, even in a trace directory shared over NFS by several nodes: [`remove_abandoned`]
 //! removes only files of this host (and pid namespace) whose process is gone. The files a process
 //! has open are also listed here, so that an exit that cannot wait for a save can remove them
@@ -24,12 +30,13 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 
 use kinetrace_core::activity::Activity;
 use kinetrace_core::intern::NameId;
 use kinetrace_core::{Sink, SinkFactory, TraceMeta, TraceOutput, UnixNanos, WindowInfo};
+use kinetrace_files::{Dir, Place, Replace, Temp};
 
 pub use crate::encoder::TraceEncoder;
 
@@ -63,6 +70,8 @@ pub fn window_of(meta: &TraceMeta) -> WindowInfo {
         world_size: meta.world_size,
         pid: meta.pid,
         host_name: meta.host_name.clone(),
+        devices: meta.devices.clone(),
+        ..Default::default()
     }
 }
 
@@ -93,9 +102,14 @@ pub struct TraceDir {
     /// Gzip the output.
     pub gzip: bool,
     /// The finished file's exact name in `dir`, instead of `{worker}.{time_ns}.pt.trace.json[.gz]`
-    /// (a name a requester chose, such as dynolog's `x_<pid>.json`); an existing file of that name
-    /// is replaced.
+    /// (a name a requester chose, such as dynolog's `x_<pid>.json`). An existing file of that name
+    /// is replaced only if this process published it; anything else there is left alone and the
+    /// trace fails with an error that says so.
     pub file_name: Option<String>,
+    /// `dir` as checked when a request named it (opened then, made below that when a window
+    /// opens): `kinetrace trigger --out`, a dynolog request. None: `dir` is a path the user named,
+    /// opened (and made where missing) when each window opens.
+    pub place: Option<Place>,
 }
 
 impl TraceDir {
@@ -106,6 +120,24 @@ impl TraceDir {
             worker: default_worker_name(),
             gzip: false,
             file_name: None,
+            place: None,
+        }
+    }
+
+    /// A trace directory checked when a request named it: files go below the directories opened
+    /// then, whatever happens to the path meanwhile.
+    pub fn at(place: Place) -> Self {
+        let mut t = TraceDir::new(place.path());
+        t.place = Some(place);
+        t
+    }
+
+    /// The directory, opened now (and made where missing): see [`kinetrace_files::Dir`] for the
+    /// rules on symlinks.
+    pub fn open_dir(&self) -> io::Result<Arc<Dir>> {
+        match &self.place {
+            Some(p) => p.open(),
+            None => Dir::create_all(&self.dir),
         }
     }
 }
@@ -271,6 +303,8 @@ static SINK_SEQ: AtomicU32 = AtomicU32::new(0);
 /// A [`Sink`] that streams one window into a Kineto trace file.
 pub struct KinetoSink {
     target: TraceDir,
+    /// The unfinished file (removed when dropped, unless published).
+    temp: Option<Temp>,
     tmp_path: PathBuf,
     encoder: Option<TraceEncoder>,
     buf: Vec<u8>,
@@ -283,8 +317,8 @@ pub struct KinetoSink {
 }
 
 impl KinetoSink {
-    /// Creates the temporary file for `window` in `target.dir` (creating the directory), starts
-    /// its writer thread and writes the trace head.
+    /// Creates the temporary file for `window` in `target.dir` (opening the directory, and
+    /// creating it where missing), starts its writer thread and writes the trace head.
     pub fn create(target: TraceDir, window: &WindowInfo) -> io::Result<Self> {
         Self::create_with(target, window, true, |out| out)
     }
@@ -297,16 +331,15 @@ impl KinetoSink {
         threaded: bool,
         wrap: impl FnOnce(Output) -> Output,
     ) -> io::Result<Self> {
-        fs::create_dir_all(&target.dir)
-            .map_err(|e| with_path(e, &target.dir, "create directory"))?;
+        let dir = target.open_dir()?;
         // Relaxed: only uniqueness matters.
         let seq = SINK_SEQ.fetch_add(1, Ordering::Relaxed);
         let mut stem = format!("{}.{}.{seq}.pt.trace.json", target.worker, window.cycle);
         if target.gzip {
             stem.push_str(".gz");
         }
-        let tmp_path = target.dir.join(unfinished_name(&stem));
-        let file = create_unfinished(&tmp_path)?;
+        let (file, temp) = create_unfinished(&dir, &stem)?;
+        let tmp_path = temp.path();
         let out = wrap(if target.gzip {
             Output::Gzip(Box::new(flate2::write::GzEncoder::new(
                 BufWriter::with_capacity(256 << 10, file),
@@ -323,6 +356,7 @@ impl KinetoSink {
         let encoder = TraceEncoder::begin(window, process_base_time_ns(), &mut buf);
         let mut sink = KinetoSink {
             target,
+            temp: Some(temp),
             tmp_path,
             encoder: Some(encoder),
             buf,
@@ -368,8 +402,15 @@ impl KinetoSink {
     fn fail(&mut self, e: io::Error) -> io::Error {
         let e = with_path(e, &self.tmp_path, "write");
         let e = self.give_up(e);
-        remove_unfinished(&self.tmp_path);
+        self.remove_temp();
         e
+    }
+
+    /// Removes the unfinished file (if still there) and forgets it.
+    fn remove_temp(&mut self) {
+        if let Some(t) = self.temp.take() {
+            remove_unfinished(t);
+        }
     }
 
     /// Stops the sink for good with `e`, kept for every later call.
@@ -398,15 +439,17 @@ impl KinetoSink {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
+        let (worker, gzip) = (self.target.worker.clone(), self.target.gzip);
+        let auto_name = move |ns: u128| {
+            let mut name = format!("{worker}.{ns}.pt.trace.json");
+            if gzip {
+                name.push_str(".gz");
+            }
+            name
+        };
         let name = match &self.target.file_name {
             Some(n) => n.clone(),
-            None => {
-                let mut name = format!("{}.{}.pt.trace.json", self.target.worker, now_ns);
-                if self.target.gzip {
-                    name.push_str(".gz");
-                }
-                name
-            }
+            None => auto_name(now_ns),
         };
         let final_path = self.target.dir.join(&name);
         let events = encoder.events();
@@ -419,7 +462,30 @@ impl KinetoSink {
         };
         completed.map_err(|e| self.fail(e))?;
         // Dropping `self` on an error here removes the temporary file.
-        finish_unfinished(&self.tmp_path, &final_path)?;
+        let Some(temp) = self.temp.as_mut() else {
+            return Err(self.error());
+        };
+        let published = match &self.target.file_name {
+            // A name someone asked for: replaced only if this process published it.
+            Some(n) => finish_unfinished(temp, n, Replace::PublishedHere),
+            None => {
+                // Never replaced: a name taken (planted by someone who guessed the time) moves the
+                // trace to the next nanosecond's name.
+                let mut r = finish_unfinished(temp, &name, Replace::Never);
+                let mut ns = now_ns;
+                for _ in 0..PUBLISH_TRIES {
+                    match &r {
+                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                        _ => break,
+                    }
+                    ns += 1;
+                    r = finish_unfinished(temp, &auto_name(ns), Replace::Never);
+                }
+                r
+            }
+        };
+        let final_path = published?;
+        self.temp = None;
         Ok(TraceOutput {
             path: Some(final_path),
             events,
@@ -461,20 +527,27 @@ impl Drop for KinetoSink {
         // goes; a published one is no longer listed, so this leaves it alone. A forked child's copy
         // leaves the parent's file alone.
         if std::process::id() == self.owner {
-            remove_unfinished(&self.tmp_path);
+            self.remove_temp();
+        } else if let Some(t) = self.temp.take() {
+            // The parent's file: left alone, its handle forgotten (two descriptors stay open in
+            // this copy, as the file's own does).
+            std::mem::forget(t);
         }
     }
 }
 
-/// This process's unfinished files, and whether exit gave up on them.
+/// How many other automatic names publishing tries when the first is taken.
+const PUBLISH_TRIES: usize = 8;
+
+/// This process's unfinished files (directory and name), and whether exit gave up on them.
 struct Unfinished {
     abandoned: bool,
-    paths: Vec<PathBuf>,
+    files: Vec<(Arc<Dir>, String)>,
 }
 
 static UNFINISHED: Mutex<Unfinished> = Mutex::new(Unfinished {
     abandoned: false,
-    paths: Vec::new(),
+    files: Vec::new(),
 });
 
 fn unfinished() -> MutexGuard<'static, Unfinished> {
@@ -511,6 +584,7 @@ fn owner_tag() -> &'static str {
 }
 
 /// `.{stem}@{host}@{pid namespace}@{pid}.tmp`, the pid read now (a forked child has its own).
+/// Sinks put a random part at the end of `stem`, so the name cannot be guessed ahead.
 fn unfinished_name(stem: &str) -> String {
     format!(".{stem}{}@{}.tmp", owner_tag(), std::process::id())
 }
@@ -525,42 +599,51 @@ pub fn unfinished_owner_here(name: &str) -> Option<u32> {
     pid.parse().ok()
 }
 
-/// Creates an unfinished file and lists it (refused once exit has given up).
-fn create_unfinished(path: &Path) -> io::Result<File> {
+/// Creates an unfinished file `.{stem}.{random}@{host}@{pid namespace}@{pid}.tmp` in `dir` and
+/// lists it (refused once exit has given up).
+fn create_unfinished(dir: &Arc<Dir>, stem: &str) -> io::Result<(File, Temp)> {
     let mut u = unfinished();
     if u.abandoned {
         return Err(io::Error::other(format!(
-            "cannot create {}: the process is exiting",
-            path.display()
+            "cannot create a trace in {}: the process is exiting",
+            dir.path().display()
         )));
     }
-    let file = File::create(path).map_err(|e| with_path(e, path, "create"))?;
-    u.paths.push(path.to_path_buf());
-    Ok(file)
+    let (file, temp) = dir.create_temp(|r| unfinished_name(&format!("{stem}.{r}")))?;
+    u.files.push((dir.clone(), temp.name().to_string()));
+    Ok((file, temp))
 }
 
-/// Renames a finished temporary file into place (refused once exit has given up, so that a trace
-/// cannot appear after [`abandon_unfinished`] said none would).
-fn finish_unfinished(tmp: &Path, target: &Path) -> io::Result<()> {
+/// Publishes a finished temporary file as `name` (refused once exit has given up, so that a trace
+/// cannot appear after [`abandon_unfinished`] said none would). On failure the file stays listed.
+fn finish_unfinished(temp: &mut Temp, name: &str, replace: Replace) -> io::Result<PathBuf> {
     let mut u = unfinished();
     if u.abandoned {
         return Err(io::Error::other(format!(
             "{} not renamed into place: the process is exiting",
-            tmp.display()
+            temp.path().display()
         )));
     }
-    fs::rename(tmp, target).map_err(|e| with_path(e, target, "rename into"))?;
-    u.paths.retain(|p| p != tmp);
-    Ok(())
+    let path = temp.publish(name, replace)?;
+    forget(&mut u, temp);
+    Ok(path)
+}
+
+fn forget(u: &mut Unfinished, temp: &Temp) {
+    if let Some(i) = u
+        .files
+        .iter()
+        .position(|(d, n)| Arc::ptr_eq(d, temp.dir()) && n == temp.name())
+    {
+        u.files.swap_remove(i);
+    }
 }
 
 /// Removes an unfinished file (if still there) and forgets it.
-fn remove_unfinished(path: &Path) {
+fn remove_unfinished(temp: Temp) {
     let mut u = unfinished();
-    if let Some(i) = u.paths.iter().position(|p| p == path) {
-        u.paths.swap_remove(i);
-        let _ = fs::remove_file(path);
-    }
+    forget(&mut u, &temp);
+    temp.discard();
 }
 
 /// For process exit when a save in progress cannot be waited for: removes every unfinished file of
@@ -570,8 +653,8 @@ fn remove_unfinished(path: &Path) {
 pub fn abandon_unfinished() -> usize {
     let mut u = unfinished();
     u.abandoned = true;
-    let paths = std::mem::take(&mut u.paths);
-    paths.iter().filter(|p| fs::remove_file(p).is_ok()).count()
+    let files = std::mem::take(&mut u.files);
+    files.iter().filter(|(d, n)| d.remove(n).is_ok()).count()
 }
 
 /// How deep below a trace root [`remove_abandoned`] looks (on-demand captures go to directories
@@ -686,12 +769,46 @@ mod tests {
         let sink = KinetoSink::create(dir.clone(), &WindowInfo::default()).unwrap();
         let unfinished = sink.tmp_path.clone();
         assert!(unfinished.exists());
+        // Private until published, and not guessable.
+        assert_eq!(fs::metadata(&unfinished).unwrap().mode() & 0o777, 0o600);
+        assert_eq!(
+            unfinished_owner_here(&unfinished.file_name().unwrap().to_string_lossy()),
+            Some(std::process::id())
+        );
         drop(sink);
         assert!(!unfinished.exists(), "a dropped sink removes its file");
         let sink: Box<dyn Sink> =
             Box::new(KinetoSink::create(dir, &WindowInfo::default()).unwrap());
         sink.discard();
         assert_eq!(fs::read_dir(tmp.path()).unwrap().count(), 0);
+    }
+    #[test]
+    fn a_planted_final_name_is_neither_followed_nor_replaced() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let victim = tmp.path().join("victim");
+        fs::write(&victim, "secret").unwrap();
+        fs::set_permissions(&victim, fs::Permissions::from_mode(0o600)).unwrap();
+        let out = tmp.path().join("out");
+        fs::create_dir(&out).unwrap();
+        std::os::unix::fs::symlink(&victim, out.join("x_1.json")).unwrap();
+        let mut target = TraceDir::new(&out);
+        target.file_name = Some("x_1.json".into());
+        let sink = KinetoSink::create(target.clone(), &WindowInfo::default()).unwrap();
+        let e = Box::new(sink).finish(&TraceMeta::default()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists, "{e}");
+        assert!(e.to_string().contains("not replaced"), "{e}");
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "secret");
+        assert_eq!(fs::metadata(&victim).unwrap().mode() & 0o777, 0o600);
+        // Only the planted link is left: the unfinished file went with the failed sink.
+        assert_eq!(fs::read_dir(&out).unwrap().count(), 1);
+        // A name this process published itself is replaced by the next trace of that name.
+        target.file_name = Some("y_1.json".into());
+        for _ in 0..2 {
+            let sink = KinetoSink::create(target.clone(), &WindowInfo::default()).unwrap();
+            Box::new(sink).finish(&TraceMeta::default()).unwrap();
+        }
+        assert_eq!(fs::read_dir(&out).unwrap().count(), 2);
     }
 }
 

@@ -45,9 +45,11 @@ struct Expected {
     correlation_sum: i64,
     external_id_sum: i64,
     flow_id_sum: i64,
-    /// `len(set(names) | set(cats) | set(json.dumps(args["Input Dims"])))`: `Input Dims` are
-    /// interned too, as canonical JSON text.
+    /// `len(set(names) | set(cats))`.
     distinct_strings: usize,
+    /// Events whose `args` hold a kept key (`Input Dims`, `Collective name`, ...), and the distinct
+    /// `json.dumps({k: v for kept k}, separators=(",", ":"), ensure_ascii=False)` among them.
+    op_args: (usize, usize),
     string_pids: usize,
     memory_events: usize,
     ts_unix_ns_sum: i128,
@@ -74,7 +76,8 @@ const EXPECTED: &[Expected] = &[
         correlation_sum: 4697,
         external_id_sum: 27868,
         flow_id_sum: 4717,
-        distinct_strings: 112,
+        distinct_strings: 80,
+        op_args: (64, 46),
         string_pids: 4,
         memory_events: 0,
         ts_unix_ns_sum: 382763926513102838824,
@@ -106,7 +109,8 @@ const EXPECTED: &[Expected] = &[
         correlation_sum: 0,
         external_id_sum: 46797,
         flow_id_sum: 0,
-        distinct_strings: 17,
+        distinct_strings: 14,
+        op_args: (14, 3),
         string_pids: 4,
         memory_events: 0,
         ts_unix_ns_sum: 51631978797676235338,
@@ -141,6 +145,7 @@ const EXPECTED: &[Expected] = &[
         external_id_sum: 2132491,
         flow_id_sum: 2064963,
         distinct_strings: 102,
+        op_args: (0, 0),
         string_pids: 4,
         memory_events: 0,
         ts_unix_ns_sum: 2387736495059830914000,
@@ -171,6 +176,7 @@ const EXPECTED: &[Expected] = &[
         external_id_sum: 198485162,
         flow_id_sum: 530090692,
         distinct_strings: 207,
+        op_args: (48, 15),
         string_pids: 4,
         memory_events: 0,
         ts_unix_ns_sum: 69640443474189706811988,
@@ -204,6 +210,7 @@ const EXPECTED: &[Expected] = &[
         external_id_sum: 566123104,
         flow_id_sum: 3719518097,
         distinct_strings: 210,
+        op_args: (45, 8),
         string_pids: 4,
         memory_events: 0,
         ts_unix_ns_sum: 117614132989768022579500,
@@ -249,7 +256,8 @@ const EXPECTED: &[Expected] = &[
         correlation_sum: 0,
         external_id_sum: 25200,
         flow_id_sum: 210,
-        distinct_strings: 227,
+        distinct_strings: 178,
+        op_args: (194, 57),
         string_pids: 4,
         memory_events: 55,
         ts_unix_ns_sum: 1429646782275909586088,
@@ -285,7 +293,8 @@ const EXPECTED: &[Expected] = &[
         correlation_sum: 0,
         external_id_sum: 139888,
         flow_id_sum: 210,
-        distinct_strings: 227,
+        distinct_strings: 178,
+        op_args: (194, 57),
         string_pids: 4,
         memory_events: 55,
         ts_unix_ns_sum: 1429646782316262070920,
@@ -321,7 +330,8 @@ const EXPECTED: &[Expected] = &[
         correlation_sum: 16995026930,
         external_id_sum: 17293746865,
         flow_id_sum: 0,
-        distinct_strings: 1075,
+        distinct_strings: 411,
+        op_args: (2021, 729),
         string_pids: 2,
         memory_events: 0,
         ts_unix_ns_sum: 8169634237670690098000,
@@ -346,7 +356,8 @@ const EXPECTED: &[Expected] = &[
         correlation_sum: 16212241422,
         external_id_sum: 16511115078,
         flow_id_sum: 0,
-        distinct_strings: 1045,
+        distinct_strings: 388,
+        op_args: (1991, 720),
         string_pids: 2,
         memory_events: 0,
         ts_unix_ns_sum: 7942466241347347903000,
@@ -371,7 +382,8 @@ const EXPECTED: &[Expected] = &[
         correlation_sum: 109,
         external_id_sum: 17,
         flow_id_sum: 109,
-        distinct_strings: 22,
+        distinct_strings: 21,
+        op_args: (1, 1),
         string_pids: 4,
         memory_events: 0,
         ts_unix_ns_sum: 122841132166753775452,
@@ -481,7 +493,33 @@ fn check_facts(t: &Trace, x: &Expected) {
         "{p}: External id sum"
     );
     assert_eq!(sum(|e| e.flow_id), x.flow_id_sum, "{p}: flow id sum");
-    assert_eq!(t.strings.len(), x.distinct_strings, "{p}: interned strings");
+    let mut names: Vec<u32> = t
+        .events
+        .iter()
+        .flat_map(|e| [Some(e.name.0), e.cat.map(|c| c.0)])
+        .flatten()
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), x.distinct_strings, "{p}: interned names");
+    let mut args: Vec<u32> = t
+        .events
+        .iter()
+        .filter_map(|e| e.op_args.map(|a| a.0))
+        .collect();
+    let with_args = args.len();
+    args.sort_unstable();
+    args.dedup();
+    assert_eq!((with_args, args.len()), x.op_args, "{p}: op args");
+    for &a in &args {
+        let v: serde_json::Value = serde_json::from_str(&t.strings[a as usize]).unwrap();
+        assert!(v.is_object(), "{p}: op args {v}");
+    }
+    assert_eq!(
+        t.strings.len(),
+        x.distinct_strings + args.len(),
+        "{p}: interned strings are names and op args"
+    );
     let string_pids = t
         .events
         .iter()

@@ -29,7 +29,7 @@ fn main() {
     };
     let mut out = Vec::new();
     let total = best(&mut || out = kinetrace_perfetto::convert(&text).expect("convert").0);
-    std::fs::write(output, &out).expect("write");
+    kinetrace_perfetto::write_output(std::path::Path::new(&output), &out).expect("write");
     println!(
         "json {} bytes, pftrace {} bytes ({:.2}x), convert (parse + encode) {:.1} ms ({:.0} MB/s of JSON)",
         text.len(),

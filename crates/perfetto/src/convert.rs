@@ -7,15 +7,21 @@
 //! (or follows) what is open, and lanes past the first are child tracks of the row's track named
 //! `… (overlap N)`. Flows (`ac2g`, `fwdbwd`) become `flow_ids` on the slice they start from and
 //! `terminating_flow_ids` on the slice they end at; `args` become debug annotations; names and
-//! categories are interned; counters (`C`) become counter tracks.
+//! categories are interned; counters (`C`) become counter tracks, and PyTorch's `[memory]` instants
+//! the counter tracks `Total Allocated (DEVICE)` and `Total Reserved (DEVICE)` of their process, in
+//! bytes, so Perfetto draws the memory curve instead of a marker per allocation.
+//!
+//! The input is read by [`crate::read`] into compact records (the document is never held).
 
 use std::collections::HashMap;
 use std::fmt;
+use std::io::Read;
+use std::path::Path;
 
-use serde_json::value::RawValue;
-use serde_json::Value;
+use kinetrace_export::reader::ReadOptions;
 
-use crate::proto::{annotation, event, interned, packet, track, Msg, TRACE_PACKET};
+use crate::proto::{event, interned, packet, track, Msg, TRACE_PACKET};
+use crate::read::{read_doc, Doc, Id, RowIx, SliceRec, StrIx};
 
 /// The trusted sequence every packet is written on.
 const SEQUENCE: u64 = 1;
@@ -27,8 +33,10 @@ pub struct Stats {
     pub slices: usize,
     /// Instant events.
     pub instants: usize,
-    /// Counter values.
+    /// Counter values (those of `C` events and of `[memory]` events).
     pub counter_values: usize,
+    /// `[memory]` events written as values of the memory counter tracks.
+    pub memory_events: usize,
     /// Flows whose both ends were found.
     pub flows: usize,
     /// Tracks added for overlapping slices.
@@ -49,56 +57,12 @@ impl fmt::Display for ConvertError {
 
 impl std::error::Error for ConvertError {}
 
-/// A row (`pid`, `tid`), as Kineto writes them: numbers, or strings.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-enum Id {
-    Num(i64),
-    Text(String),
-}
-
-impl Id {
-    fn of(v: &Value) -> Id {
-        match v {
-            Value::Number(n) => n
-                .as_i64()
-                .map(Id::Num)
-                .unwrap_or_else(|| Id::Text(n.to_string())),
-            Value::String(s) => s
-                .parse()
-                .map(Id::Num)
-                .unwrap_or_else(|_| Id::Text(s.clone())),
-            other => Id::Text(other.to_string()),
-        }
-    }
-
-    fn num32(&self) -> Option<i64> {
-        match self {
-            Id::Num(n) if i32::try_from(*n).is_ok() => Some(*n),
-            _ => None,
-        }
-    }
-
-    fn text(&self) -> String {
-        match self {
-            Id::Num(n) => n.to_string(),
-            Id::Text(s) => s.clone(),
-        }
-    }
-}
-
-const GPU_CATEGORIES: [&str; 5] = [
-    "kernel",
-    "gpu_memcpy",
-    "gpu_memset",
-    "gpu_user_annotation",
-    "gpu_memory",
-];
-
-/// One `X` event.
-struct Slice<'a> {
+/// One `X` event, placed.
+struct Slice {
     start: u64,
     end: u64,
-    ev: &'a Value,
+    /// Index into [`Doc::slices`].
+    rec: usize,
     flow_out: Vec<u64>,
     flow_in: Vec<u64>,
 }
@@ -183,193 +147,44 @@ impl Writer {
     }
 }
 
-fn annotations(te: &mut Msg, args: Option<&Value>) {
-    let Some(Value::Object(map)) = args else {
-        return;
-    };
-    for (k, v) in map {
-        let mut a = Msg::new();
-        a.str(annotation::NAME, k);
-        match v {
-            Value::Bool(b) => a.uint(annotation::BOOL, u64::from(*b)),
-            Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
-                (Some(i), _, _) => a.int(annotation::INT, i),
-                (None, Some(u), _) => a.uint(annotation::UINT, u),
-                (_, _, Some(f)) => a.double(annotation::DOUBLE, f),
-                _ => a.str(annotation::STRING, &n.to_string()),
-            },
-            Value::String(s) => a.str(annotation::STRING, s),
-            other => a.str(annotation::STRING, &other.to_string()),
-        };
-        te.msg(event::DEBUG_ANNOTATIONS, &a);
-    }
-}
-
-/// Hidden keys the parser adds to each event: its start and length in exact nanoseconds (Unix
-/// epoch), read from the number's text (an `f64` cannot hold an absolute µs time to the ns: Kineto's
-/// 2024 traces write `1712195495519689.047`).
-const TS_NS: &str = "\u{0}ts_ns";
-const DUR_NS: &str = "\u{0}dur_ns";
-
-/// A time in µs, as written (`123`, `123.456789`, `"123.4"`, `1.5e3`), in ns: exact for decimal
-/// forms (rounded half up past the third decimal), through `f64` for exponent forms.
-fn us_text_to_ns(text: &str) -> Option<i128> {
-    let t = text.trim().trim_matches('"');
-    if t.contains(['e', 'E']) {
-        let us: f64 = t.parse().ok()?;
-        return Some((us * 1000.0).round() as i128);
-    }
-    let (neg, t) = match t.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, t),
-    };
-    let (int, frac) = t.split_once('.').unwrap_or((t, ""));
-    if int.is_empty() && frac.is_empty() {
-        return None;
-    }
-    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-    if !digits(int) || !digits(frac) {
-        return None;
-    }
-    let mut ns: i128 = if int.is_empty() { 0 } else { int.parse().ok()? };
-    ns = ns.checked_mul(1000)?;
-    let f = frac.as_bytes();
-    let mut sub = 0i128;
-    for k in 0..3 {
-        sub = sub * 10 + f.get(k).map_or(0, |b| i128::from(b - b'0'));
-    }
-    if f.get(3).is_some_and(|b| *b >= b'5') {
-        sub += 1;
-    }
-    ns += sub;
-    Some(if neg { -ns } else { ns })
-}
-
-/// Converts a Kineto document (its JSON text). Timestamps are written in nanoseconds since the Unix
-/// epoch (`baseTimeNanoseconds` plus `ts`), exactly as the text gives them.
+/// Converts a Kineto document held in memory (its JSON text, plain or gzip). Timestamps are
+/// written in nanoseconds since the Unix epoch (`baseTimeNanoseconds` plus `ts`), exactly as the
+/// text gives them.
 pub fn convert(json: &[u8]) -> Result<(Vec<u8>, Stats), ConvertError> {
-    #[derive(serde::Deserialize)]
-    struct Top<'a> {
-        #[serde(rename = "traceEvents", borrow, default)]
-        events: Option<Vec<&'a RawValue>>,
-        #[serde(rename = "baseTimeNanoseconds", default)]
-        base: Option<Value>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Times<'a> {
-        #[serde(borrow, default)]
-        ts: Option<&'a RawValue>,
-        #[serde(borrow, default)]
-        dur: Option<&'a RawValue>,
-    }
-    let bad = |e: serde_json::Error| ConvertError(format!("not a Kineto trace: {e}"));
-    let top: Top<'_> = serde_json::from_slice(json).map_err(bad)?;
-    let raw = top
-        .events
-        .ok_or_else(|| ConvertError("no `traceEvents` array: not a Kineto trace".into()))?;
-    let base = top
-        .base
-        .and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()))
-        .unwrap_or(0);
-    let mut events = Vec::with_capacity(raw.len());
-    for r in raw {
-        let mut v: Value = serde_json::from_str(r.get()).map_err(bad)?;
-        let t: Times<'_> = serde_json::from_str(r.get()).unwrap_or(Times {
-            ts: None,
-            dur: None,
-        });
-        if let Value::Object(m) = &mut v {
-            if let Some(ts) = t.ts.and_then(|x| us_text_to_ns(x.get())) {
-                let at = (i128::from(base) + ts).clamp(0, i128::from(u64::MAX)) as u64;
-                m.insert(TS_NS.into(), Value::from(at));
-            }
-            if let Some(d) = t.dur.and_then(|x| us_text_to_ns(x.get())) {
-                m.insert(
-                    DUR_NS.into(),
-                    Value::from(d.clamp(0, i128::from(u64::MAX)) as u64),
-                );
-            }
-        }
-        events.push(v);
-    }
-    convert_events(&events)
+    convert_reader(Path::new("(in memory)"), json, &ReadOptions::default())
 }
 
-/// The exact start of an event (see [`TS_NS`]).
-fn ts_of(ev: &Value) -> Option<u64> {
-    ev.get(TS_NS).and_then(Value::as_u64)
+/// Converts the Kineto trace `input` streams (plain or gzip, by magic bytes; gzip members may be
+/// concatenated), read within the reader's limits `read`; `name` names it in errors.
+pub fn convert_reader<R: Read + Send>(
+    name: &Path,
+    input: R,
+    read: &ReadOptions,
+) -> Result<(Vec<u8>, Stats), ConvertError> {
+    let doc = read_doc(name, input, read).map_err(|e| ConvertError(e.to_string()))?;
+    Ok(convert_doc(&doc))
 }
 
-fn convert_events(events: &[Value]) -> Result<(Vec<u8>, Stats), ConvertError> {
+fn convert_doc(doc: &Doc) -> (Vec<u8>, Stats) {
     let mut stats = Stats::default();
-    let mut skipped: HashMap<String, usize> = HashMap::new();
-    let mut process_names: HashMap<Id, String> = HashMap::new();
-    let mut thread_names: HashMap<(Id, Id), String> = HashMap::new();
-    let mut rows: HashMap<(Id, Id), Vec<Slice<'_>>> = HashMap::new();
-    let mut instants = Vec::new();
-    let mut counters = Vec::new();
-    let mut flow_ends = Vec::new();
-    let mut gpu_pids: Vec<Id> = Vec::new();
-    for ev in events {
-        let ph = ev.get("ph").and_then(Value::as_str).unwrap_or("");
-        let pid = Id::of(ev.get("pid").unwrap_or(&Value::Null));
-        let tid = Id::of(ev.get("tid").unwrap_or(&Value::Null));
-        let name = ev.get("name").and_then(Value::as_str).unwrap_or("");
-        match ph {
-            "M" => {
-                let n = ev
-                    .pointer("/args/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string();
-                match name {
-                    "process_name" => {
-                        process_names.insert(pid, n);
-                    }
-                    "thread_name" => {
-                        thread_names.insert((pid, tid), n);
-                    }
-                    _ => {}
-                }
-            }
-            "X" => {
-                let Some(start) = ts_of(ev) else {
-                    *skipped.entry("X without ts".into()).or_default() += 1;
-                    continue;
-                };
-                let dur_ns = ev.get(DUR_NS).and_then(Value::as_u64).unwrap_or(0);
-                if ev
-                    .get("cat")
-                    .and_then(Value::as_str)
-                    .is_some_and(|c| GPU_CATEGORIES.contains(&c))
-                    && !gpu_pids.contains(&pid)
-                {
-                    gpu_pids.push(pid.clone());
-                }
-                rows.entry((pid, tid)).or_default().push(Slice {
-                    start,
-                    end: start + dur_ns,
-                    ev,
-                    flow_out: Vec::new(),
-                    flow_in: Vec::new(),
-                });
-            }
-            "i" | "I" => instants.push(((pid, tid), ev)),
-            "C" => counters.push((pid, ev)),
-            "s" | "f" | "t" => flow_ends.push(((pid, tid), ev)),
-            other => *skipped.entry(other.to_string()).or_default() += 1,
-        }
-    }
-    for (pid, name) in &process_names {
-        if name.starts_with("GPU") && !gpu_pids.contains(pid) {
-            gpu_pids.push(pid.clone());
-        }
+    let name_of = |i: Option<StrIx>| i.map(|i| doc.strings.get(i));
+    // Each row's slices, by row.
+    let mut rows: HashMap<RowIx, Vec<Slice>> = HashMap::new();
+    for (i, rec) in doc.slices.iter().enumerate() {
+        let start = doc.at(rec.start);
+        rows.entry(rec.row).or_default().push(Slice {
+            start,
+            end: start.saturating_add(rec.dur),
+            rec: i,
+            flow_out: Vec::new(),
+            flow_in: Vec::new(),
+        });
     }
     for row in rows.values_mut() {
         // Outer slices first at equal starts, so that inner ones nest in them.
         row.sort_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
     }
-    stats.flows = bind_flows(&flow_ends, &mut rows);
+    stats.flows = bind_flows(doc, &mut rows);
 
     let mut w = Writer {
         out: Vec::new(),
@@ -382,11 +197,13 @@ fn convert_events(events: &[Value]) -> Result<(Vec<u8>, Stats), ConvertError> {
         next_uuid += 1;
         next_uuid
     };
+    let row_key = |r: RowIx| &doc.rows[r as usize];
     let mut pids: Vec<Id> = rows
         .keys()
-        .map(|(p, _)| p.clone())
-        .chain(counters.iter().map(|(p, _)| p.clone()))
-        .chain(instants.iter().map(|((p, _), _)| p.clone()))
+        .map(|&r| row_key(r).0.clone())
+        .chain(doc.counters.iter().map(|c| c.pid.clone()))
+        .chain(doc.instant_rows.iter().map(|&r| row_key(r).0.clone()))
+        .chain(doc.memory.iter().map(|m| m.pid.clone()))
         .collect();
     pids.sort();
     pids.dedup();
@@ -396,8 +213,8 @@ fn convert_events(events: &[Value]) -> Result<(Vec<u8>, Stats), ConvertError> {
         process_uuid.insert(pid.clone(), u);
         let mut d = Msg::new();
         d.uint(track::UUID, u);
-        let gpu = gpu_pids.contains(pid);
-        let name = process_names.get(pid).cloned().unwrap_or_else(|| {
+        let gpu = doc.gpu_pids.contains(pid);
+        let name = doc.process_names.get(pid).cloned().unwrap_or_else(|| {
             if gpu {
                 format!("GPU {}", pid.text())
             } else {
@@ -416,25 +233,29 @@ fn convert_events(events: &[Value]) -> Result<(Vec<u8>, Stats), ConvertError> {
         }
         w.track(&d);
     }
-    let mut keys: Vec<(Id, Id)> = rows.keys().cloned().collect();
-    keys.extend(instants.iter().map(|(k, _)| k.clone()));
-    keys.sort();
+    let mut keys: Vec<RowIx> = rows.keys().copied().collect();
+    keys.extend(doc.instant_rows.iter().copied());
+    keys.sort_by(|a, b| row_key(*a).cmp(row_key(*b)));
     keys.dedup();
-    let mut row_uuid: HashMap<(Id, Id), u64> = HashMap::new();
-    let mut row_names: HashMap<(Id, Id), String> = HashMap::new();
-    for key in &keys {
-        let (pid, tid) = key;
+    let mut row_uuid: HashMap<RowIx, u64> = HashMap::new();
+    let mut row_names: HashMap<RowIx, String> = HashMap::new();
+    for &key in &keys {
+        let (pid, tid) = row_key(key);
         let u = uuid();
-        row_uuid.insert(key.clone(), u);
-        let gpu = gpu_pids.contains(pid);
-        let name = thread_names.get(key).cloned().unwrap_or_else(|| {
-            if gpu {
-                format!("stream {}", tid.text())
-            } else {
-                format!("thread {}", tid.text())
-            }
-        });
-        row_names.insert(key.clone(), name.clone());
+        row_uuid.insert(key, u);
+        let gpu = doc.gpu_pids.contains(pid);
+        let name = doc
+            .thread_names
+            .get(row_key(key))
+            .cloned()
+            .unwrap_or_else(|| {
+                if gpu {
+                    format!("stream {}", tid.text())
+                } else {
+                    format!("thread {}", tid.text())
+                }
+            });
+        row_names.insert(key, name.clone());
         let mut d = Msg::new();
         d.uint(track::UUID, u)
             .uint(track::PARENT_UUID, process_uuid[pid]);
@@ -453,11 +274,12 @@ fn convert_events(events: &[Value]) -> Result<(Vec<u8>, Stats), ConvertError> {
         w.track(&d);
     }
     // Instants go on their row's first lane, in time order with its slices.
-    let mut row_instants: HashMap<(Id, Id), Vec<(u64, &Value)>> = HashMap::new();
-    for (key, ev) in &instants {
-        if let Some(ts) = ts_of(ev) {
-            row_instants.entry(key.clone()).or_default().push((ts, *ev));
-        }
+    let mut row_instants: HashMap<RowIx, Vec<(u64, usize)>> = HashMap::new();
+    for (i, rec) in doc.instants.iter().enumerate() {
+        row_instants
+            .entry(rec.row)
+            .or_default()
+            .push((doc.at(rec.ts), i));
     }
     for v in row_instants.values_mut() {
         v.sort_by_key(|(ts, _)| *ts);
@@ -472,7 +294,7 @@ fn convert_events(events: &[Value]) -> Result<(Vec<u8>, Stats), ConvertError> {
         }
         let base_uuid = row_uuid[key];
         let row_name = &row_names[key];
-        let mut pending: &[(u64, &Value)] = row_instants.get(key).map_or(&[], |v| v.as_slice());
+        let mut pending: &[(u64, usize)] = row_instants.get(key).map_or(&[], |v| v.as_slice());
         for (lane, members) in lanes.iter().enumerate() {
             let track_uuid = if lane == 0 {
                 base_uuid
@@ -491,11 +313,16 @@ fn convert_events(events: &[Value]) -> Result<(Vec<u8>, Stats), ConvertError> {
                 if lane != 0 {
                     return;
                 }
-                while let Some(((ts, ev), rest)) = pending.split_first() {
+                while let Some(((ts, i), rest)) = pending.split_first() {
                     if *ts >= t {
                         break;
                     }
-                    instant(w, track_uuid, *ts, ev);
+                    let rec = &doc.instants[*i];
+                    let mut te = Msg::new();
+                    te.uint(event::TYPE, event::INSTANT)
+                        .uint(event::TRACK_UUID, track_uuid)
+                        .raw(&doc.annotations[rec.args.clone()]);
+                    w.event(*ts, name_of(rec.name), name_of(rec.cat), te);
                     stats.instants += 1;
                     pending = rest;
                 }
@@ -509,22 +336,18 @@ fn convert_events(events: &[Value]) -> Result<(Vec<u8>, Stats), ConvertError> {
                     end_slice(&mut w, track_uuid, e);
                 }
                 instants_before(&mut w, s.start, &mut stats);
+                let rec: &SliceRec = &doc.slices[s.rec];
                 let mut te = Msg::new();
                 te.uint(event::TYPE, event::SLICE_BEGIN)
-                    .uint(event::TRACK_UUID, track_uuid);
-                annotations(&mut te, s.ev.get("args"));
+                    .uint(event::TRACK_UUID, track_uuid)
+                    .raw(&doc.annotations[rec.args.clone()]);
                 for f in &s.flow_out {
                     te.fixed64(event::FLOW_IDS, *f);
                 }
                 for f in &s.flow_in {
                     te.fixed64(event::TERMINATING_FLOW_IDS, *f);
                 }
-                w.event(
-                    s.start,
-                    s.ev.get("name").and_then(Value::as_str),
-                    s.ev.get("cat").and_then(Value::as_str),
-                    te,
-                );
+                w.event(s.start, name_of(rec.name), name_of(rec.cat), te);
                 stats.slices += 1;
                 open.push(s.end);
             }
@@ -535,67 +358,105 @@ fn convert_events(events: &[Value]) -> Result<(Vec<u8>, Stats), ConvertError> {
             instants_before(&mut w, u64::MAX, &mut stats);
         }
     }
-    let mut counter_uuid: HashMap<(Id, String), u64> = HashMap::new();
-    for (pid, ev) in &counters {
-        let Some(ts) = ts_of(ev) else { continue };
-        let name = ev.get("name").and_then(Value::as_str).unwrap_or("counter");
-        let Some(Value::Object(args)) = ev.get("args") else {
-            continue;
+    let mut counter_uuid: HashMap<(Id, StrIx), u64> = HashMap::new();
+    for c in &doc.counters {
+        let u = match counter_uuid.get(&(c.pid.clone(), c.label)) {
+            Some(u) => *u,
+            None => {
+                let u = uuid();
+                let mut d = Msg::new();
+                d.uint(track::UUID, u)
+                    .uint(track::PARENT_UUID, process_uuid[&c.pid])
+                    .str(track::NAME, doc.strings.get(c.label))
+                    .msg(COUNTER_DESCRIPTOR, &Msg::new());
+                w.track(&d);
+                counter_uuid.insert((c.pid.clone(), c.label), u);
+                u
+            }
         };
-        for (k, v) in args {
-            let Some(x) = v.as_f64() else { continue };
-            let label = if args.len() == 1 {
-                name.to_string()
-            } else {
-                format!("{name}: {k}")
-            };
-            let u = match counter_uuid.get(&(pid.clone(), label.clone())) {
-                Some(u) => *u,
-                None => {
-                    let u = uuid();
-                    let mut d = Msg::new();
-                    d.uint(track::UUID, u)
-                        .uint(track::PARENT_UUID, process_uuid[pid])
-                        .str(track::NAME, &label)
-                        .msg(COUNTER_DESCRIPTOR, &Msg::new());
-                    w.track(&d);
-                    counter_uuid.insert((pid.clone(), label), u);
-                    u
-                }
-            };
+        let mut te = Msg::new();
+        te.uint(event::TYPE, COUNTER_TYPE)
+            .uint(event::TRACK_UUID, u)
+            .double(DOUBLE_COUNTER_VALUE, c.value);
+        w.event(doc.at(c.ts), None, None, te);
+        stats.counter_values += 1;
+    }
+    let values = memory_counters(doc, &mut w, &process_uuid, &mut uuid);
+    stats.counter_values += values;
+    stats.memory_events = doc.memory.len();
+    let mut skipped: Vec<(String, usize)> =
+        doc.skipped.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    skipped.sort();
+    stats.skipped = skipped;
+    (w.out, stats)
+}
+
+/// Writes the `[memory]` samples as counter tracks of their process, two per device (`Total
+/// Allocated (CPU)`, `Total Reserved (CPU)`, `… (GPU 0)`), in bytes, each in time order; returns
+/// how many values it wrote.
+fn memory_counters(
+    doc: &Doc,
+    w: &mut Writer,
+    process_uuid: &HashMap<Id, u64>,
+    uuid: &mut impl FnMut() -> u64,
+) -> usize {
+    // (pid, device, which total) → values (time, bytes); tracks in order of first appearance.
+    type Key = (Id, StrIx, &'static str);
+    let mut tracks: Vec<(Key, Vec<(u64, i64)>)> = Vec::new();
+    let mut index: HashMap<Key, usize> = HashMap::new();
+    for m in &doc.memory {
+        for (which, value) in [
+            ("Total Allocated", m.allocated),
+            ("Total Reserved", m.reserved),
+        ] {
+            let Some(value) = value else { continue };
+            let key = (m.pid.clone(), m.device, which);
+            let i = *index.entry(key.clone()).or_insert_with(|| {
+                tracks.push((key, Vec::new()));
+                tracks.len() - 1
+            });
+            tracks[i].1.push((doc.at(m.ts), value));
+        }
+    }
+    let mut n = 0;
+    for ((pid, device, which), mut values) in tracks {
+        values.sort_by_key(|(ts, _)| *ts);
+        let u = uuid();
+        let mut counter = Msg::new();
+        counter.uint(COUNTER_UNIT, UNIT_SIZE_BYTES);
+        let mut d = Msg::new();
+        d.uint(track::UUID, u)
+            .uint(track::PARENT_UUID, process_uuid[&pid])
+            .str(
+                track::NAME,
+                &format!("{which} ({})", doc.strings.get(device)),
+            )
+            .msg(COUNTER_DESCRIPTOR, &counter);
+        w.track(&d);
+        for (ts, bytes) in values {
             let mut te = Msg::new();
             te.uint(event::TYPE, COUNTER_TYPE)
                 .uint(event::TRACK_UUID, u)
-                .double(DOUBLE_COUNTER_VALUE, x);
+                .int(COUNTER_VALUE, bytes);
             w.event(ts, None, None, te);
-            stats.counter_values += 1;
+            n += 1;
         }
     }
-    let mut skipped: Vec<(String, usize)> = skipped.into_iter().collect();
-    skipped.sort();
-    stats.skipped = skipped;
-    Ok((w.out, stats))
+    n
 }
 
 /// `TrackDescriptor.counter` (a `CounterDescriptor`).
 const COUNTER_DESCRIPTOR: u32 = 8;
+/// `CounterDescriptor.unit`.
+const COUNTER_UNIT: u32 = 3;
+/// `CounterDescriptor.Unit.UNIT_SIZE_BYTES`.
+const UNIT_SIZE_BYTES: u64 = 3;
 /// `TrackEvent.TYPE_COUNTER`.
 const COUNTER_TYPE: u64 = 4;
+/// `TrackEvent.counter_value` (int64).
+const COUNTER_VALUE: u32 = 30;
 /// `TrackEvent.double_counter_value`.
 const DOUBLE_COUNTER_VALUE: u32 = 44;
-
-fn instant(w: &mut Writer, track_uuid: u64, ts: u64, ev: &Value) {
-    let mut te = Msg::new();
-    te.uint(event::TYPE, event::INSTANT)
-        .uint(event::TRACK_UUID, track_uuid);
-    annotations(&mut te, ev.get("args"));
-    w.event(
-        ts,
-        ev.get("name").and_then(Value::as_str),
-        ev.get("cat").and_then(Value::as_str),
-        te,
-    );
-}
 
 fn end_slice(w: &mut Writer, track_uuid: u64, ts: u64) {
     let mut te = Msg::new();
@@ -606,7 +467,7 @@ fn end_slice(w: &mut Writer, track_uuid: u64, ts: u64) {
 
 /// Deals a row's slices (sorted by start, outer first) into lanes where each nests strictly:
 /// returns each lane's slice indices in order.
-fn deal_into_lanes(row: &[Slice<'_>]) -> Vec<Vec<usize>> {
+fn deal_into_lanes(row: &[Slice]) -> Vec<Vec<usize>> {
     let mut lanes: Vec<Vec<usize>> = Vec::new();
     // Per lane, the ends of the slices open at the current start (innermost last).
     let mut open: Vec<Vec<u64>> = Vec::new();
@@ -634,35 +495,35 @@ fn deal_into_lanes(row: &[Slice<'_>]) -> Vec<Vec<usize>> {
 /// Attaches each flow (`s` → `f`, matched by category and id) to the slice enclosing its end on
 /// its row: `flow_ids` where it starts, `terminating_flow_ids` where it ends. Returns how many
 /// flows got both ends.
-fn bind_flows(ends: &[((Id, Id), &Value)], rows: &mut HashMap<(Id, Id), Vec<Slice<'_>>>) -> usize {
+fn bind_flows(doc: &Doc, rows: &mut HashMap<RowIx, Vec<Slice>>) -> usize {
     // (category, id) → (start slice, end slice).
-    type End = ((Id, Id), usize);
-    let mut pairs: HashMap<(String, String), (Option<End>, Option<End>)> = HashMap::new();
-    for (key, ev) in ends {
-        let Some(ts) = ts_of(ev) else { continue };
-        let Some(row) = rows.get(key) else { continue };
+    type End = (RowIx, usize);
+    let mut pairs: HashMap<(StrIx, StrIx), (Option<End>, Option<End>)> = HashMap::new();
+    for f in &doc.flows {
+        let ts = doc.at(f.ts);
+        let Some(row) = rows.get(&f.row) else {
+            continue;
+        };
         // The innermost slice containing ts: the last one starting at or before it that ends after.
         let upto = row.partition_point(|s| s.start <= ts);
         let Some(i) = (0..upto).rev().find(|&i| row[i].end >= ts) else {
             continue;
         };
-        let cat = ev
-            .get("cat")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let id = ev.get("id").map(Value::to_string).unwrap_or_default();
-        let e = pairs.entry((cat, id)).or_default();
-        match ev.get("ph").and_then(Value::as_str) {
-            Some("s") => e.0 = Some((key.clone(), i)),
-            _ => e.1 = Some((key.clone(), i)),
+        let e = pairs.entry((f.cat, f.id)).or_default();
+        if f.start {
+            e.0 = Some((f.row, i));
+        } else {
+            e.1 = Some((f.row, i));
         }
     }
     let mut n = 0;
-    let mut keys: Vec<_> = pairs.keys().cloned().collect();
-    keys.sort();
+    let mut keys: Vec<(StrIx, StrIx)> = pairs.keys().copied().collect();
+    keys.sort_by(|a, b| {
+        let text = |k: &(StrIx, StrIx)| (doc.strings.get(k.0), doc.strings.get(k.1));
+        text(a).cmp(&text(b))
+    });
     for k in keys {
-        if let (Some((ra, a)), Some((rb, b))) = pairs[&k].clone() {
+        if let (Some((ra, a)), Some((rb, b))) = pairs[&k] {
             n += 1;
             let id = n as u64;
             if let Some(row) = rows.get_mut(&ra) {
@@ -679,14 +540,14 @@ fn bind_flows(ends: &[((Id, Id), &Value)], rows: &mut HashMap<(Id, Id), Vec<Slic
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::read::us_text_to_ns;
     use serde_json::json;
 
-    fn slice(start: u64, end: u64) -> Slice<'static> {
-        static NULL: Value = Value::Null;
+    fn slice(start: u64, end: u64) -> Slice {
         Slice {
             start,
             end,
-            ev: &NULL,
+            rec: 0,
             flow_out: Vec::new(),
             flow_in: Vec::new(),
         }

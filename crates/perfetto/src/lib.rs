@@ -10,52 +10,65 @@ crate builds Perfetto's C library, and the protobuf schema crates are heavy or n
 numbers are those of `perfetto_trace.proto`; the compatibility test decodes every file with
 Perfetto's own Python schema.
 
-Files: `proto.rs` (the encoder and field numbers), `convert.rs` (Kineto JSON → packets: tracks,
-lanes for overlapping slices, flows, annotations, counters).
+Files: `proto.rs` (the encoder and field numbers), `read.rs` (the trace, streamed through
+`kinetrace-export`'s reader and its limits, into compact records), `convert.rs` (records →
+packets: tracks, lanes for overlapping slices, flows, annotations, counters, memory curves).
 */
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod convert;
 pub mod proto;
+mod read;
 
-use std::io::{Read, Write};
 use std::path::Path;
 
-pub use convert::{convert, ConvertError, Stats};
+use kinetrace_files::{Dir, Replace};
+
+pub use convert::{convert, convert_reader, ConvertError, Stats};
+pub use kinetrace_export::reader::ReadOptions;
 
 /// Reads a Kineto trace (`.json` or `.json.gz`) and writes it as `.pftrace` to `output` (through a
-/// temporary file renamed into place).
+/// temporary file renamed into place; see [`write_output`] for what an existing `output` gets),
+/// with the reader's default limits.
 pub fn convert_file(input: &Path, output: &Path) -> Result<Stats, ConvertError> {
+    convert_file_with(input, output, &ReadOptions::default())
+}
+
+/// [`convert_file`] within the reader's limits `read`. The input is streamed (plain or gzip by
+/// its first bytes, whatever its name; concatenated gzip members too), never held whole.
+pub fn convert_file_with(
+    input: &Path,
+    output: &Path,
+    read: &ReadOptions,
+) -> Result<Stats, ConvertError> {
     let err = |what: &str, p: &Path, e: &dyn std::fmt::Display| {
         ConvertError(format!("cannot {what} {}: {e}", p.display()))
     };
     let file = std::fs::File::open(input).map_err(|e| err("open", input, &e))?;
-    let mut text = Vec::new();
-    let gz = input.extension().is_some_and(|x| x == "gz");
-    let read = if gz {
-        flate2::read::GzDecoder::new(file).read_to_end(&mut text)
-    } else {
-        std::io::BufReader::new(file).read_to_end(&mut text)
-    };
-    read.map_err(|e| err("read", input, &e))?;
-    let (bytes, stats) =
-        convert(&text).map_err(|e| ConvertError(format!("{}: {e}", input.display())))?;
-    drop(text);
+    // Errors name the file and the byte offset.
+    let (bytes, stats) = convert_reader(input, file, read)?;
+    write_output(output, &bytes)?;
+    Ok(stats)
+}
+
+/// Writes `bytes` to `output` through `kinetrace-files`: its directory (which must exist) is opened
+/// once without following another user's symlink, the bytes go to a new 0600 temporary file there,
+/// and that is renamed to `output`. An existing `output` is replaced only when it is a regular file
+/// of this process's user (running a conversion twice); a symlink or another user's file there is
+/// left alone and the conversion fails saying so.
+pub fn write_output(output: &Path, bytes: &[u8]) -> Result<(), ConvertError> {
+    let fail =
+        |e: &dyn std::fmt::Display| ConvertError(format!("cannot write {}: {e}", output.display()));
     let name = output
         .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = output.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&bytes)?;
-        f.flush()?;
-        std::fs::rename(&tmp, output)
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| fail(&"the output names no file (or not in UTF-8)"))?;
+    let parent = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
     };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        err("write", output, &e)
-    })?;
-    Ok(stats)
+    let dir = Dir::open(parent).map_err(|e| fail(&e))?;
+    kinetrace_files::write_new(&dir, name, bytes, Replace::OwnFile).map_err(|e| fail(&e))?;
+    Ok(())
 }

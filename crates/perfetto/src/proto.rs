@@ -74,6 +74,12 @@ impl Msg {
         self.bytes(field, &m.buf)
     }
 
+    /// Fields of this message already encoded (another `Msg`'s bytes), appended as they are.
+    pub fn raw(&mut self, fields: &[u8]) -> &mut Msg {
+        self.buf.extend_from_slice(fields);
+        self
+    }
+
     /// The encoded bytes.
     pub fn as_bytes(&self) -> &[u8] {
         &self.buf

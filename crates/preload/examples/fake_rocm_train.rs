@@ -10,6 +10,10 @@
 //! ```
 //! Prints `fake_rocm_train: done STEPS steps, T tools` (T: tools the SDK registered).
 //!
+//! `FAKE_ROCM_COPIES=1`: each step also copies (a `hipMemcpyAsync` host to device) and fills (a
+//! `hipMemsetAsync` that ROCclr carries out as two dispatches of its fill kernel), just before the
+//! step ends; the last step's work is still in the SDK's buffer when the job returns from `main`.
+//!
 //! With `FAKE_ROCT_LIB` (the fake roctracer) instead, it is a job on a node without
 //! rocprofiler-sdk: it loads `FAKE_HIP_LIB` (a stand-in mapped as `libamdhip64.so.*`) and launches
 //! through the fake roctracer's HIP calls; nothing tells kinetrace that HIP started. Prints
@@ -31,14 +35,21 @@ fn main() {
     type Init = unsafe extern "C" fn(*const c_void) -> u32;
     type Load = unsafe extern "C" fn(u64, *const c_char);
     type Launch = unsafe extern "C" fn(u64, u32, u64, u32, u32, u64) -> u64;
+    type Memcpy = unsafe extern "C" fn(u64, u32, u32, u64) -> u64;
+    type Memset = unsafe extern "C" fn(u64, u64, u32, u64, u64, u32, u64) -> u64;
     // SAFETY: (test program) the fake's entry points with their signatures.
-    let (init, load, launch) = unsafe {
+    let (init, load, launch, memcpy, memset) = unsafe {
         (
             *sdk.get::<Init>(b"fake_rocp_runtime_init\0").unwrap(),
             *sdk.get::<Load>(b"fake_rocp_load_kernel\0").unwrap(),
             *sdk.get::<Launch>(b"fake_rocp_launch_kernel\0").unwrap(),
+            *sdk.get::<Memcpy>(b"fake_rocp_memcpy\0").unwrap(),
+            *sdk.get::<Memset>(b"fake_rocp_memset\0").unwrap(),
         )
     };
+    let copies = std::env::var_os("FAKE_ROCM_COPIES").is_some();
+    /// The kernel id of ROCclr's fill kernel.
+    const FILL: u64 = 1_000;
     // SAFETY: (test program) no extra tool (null).
     let tools = unsafe { init(std::ptr::null()) };
     for step in 0..steps {
@@ -47,6 +58,10 @@ fn main() {
             // SAFETY: (test program) a NUL-terminated name the fake copies.
             unsafe { load(step * 2 + k + 1, name.as_ptr()) };
         }
+    }
+    if copies {
+        // SAFETY: (test program) a NUL-terminated name the fake copies.
+        unsafe { load(FILL, c"__amd_rocclr_fillBufferAligned.kd".as_ptr()) };
     }
     // `FAKE_ROCTX_STEP=NAME`: each step is a roctx range NAME (as PyTorch's NVTX/roctx ranges can
     // mark steps) instead of a `kinetrace_step` call.
@@ -70,6 +85,14 @@ fn main() {
         for k in 0..2 {
             // SAFETY: (test program) plain values.
             unsafe { launch(step * 2 + k + 1, 0, 0xa000, 4096, 256, 1_000) };
+        }
+        if copies {
+            // SAFETY: (test program) plain values: 1 MiB host to device on GPU 0; 4 KiB filled on
+            // the null stream of GPU 0 in two fill dispatches.
+            unsafe {
+                memcpy(1 << 20, 2, 0, 2_000);
+                memset(FILL, 4096, 0, 0xa000, 0, 2, 500);
+            }
         }
         if roctx_step.is_some() {
             // SAFETY: (test program) no arguments.

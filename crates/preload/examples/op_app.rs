@@ -8,13 +8,22 @@
 //! Each step: `kinetrace_step()`, then `aten::linear` > `aten::addmm` (names that live for the
 //! process, seq = step), then two autograd functions whose names are written, one after the
 //! other, into the same buffer (so the same address carries `AddmmBackward0`, then
-//! `ReluBackward0`), a `record_function` range (`my_block`, the annotation flag) whose inner op
-//! ends after it (out of order), and `aten::add` with shapes.
+//! `ReluBackward0`), each inside autograd's `evaluate_function: …` range (flagged, no sequence
+//! number of its own), a `record_function` range (`my_block`, the annotation flag) whose inner op
+//! ends after it (out of order), and `aten::add` with its args (an id from `kinetrace_op_args`,
+//! asked for once per step as the recorder asks once per generation; a malformed text is refused
+//! with 0).
 
 use std::ffi::{c_char, c_void, CStr};
 
-type Begin = unsafe extern "C" fn(*const c_void, *const c_char, i64, u32, *const c_char, usize);
+type Begin = unsafe extern "C" fn(*const c_void, *const c_char, i64, u32, u32);
 type End = unsafe extern "C" fn(*const c_void);
+type Args = unsafe extern "C" fn(*const c_char, usize) -> u32;
+
+/// `kinetrace_op_begin`'s flags.
+const ANNOTATION: u32 = 1;
+const EVALUATE_FUNCTION: u32 = 2;
+const BACKWARD_FUNCTION: u32 = 4;
 
 fn find<T>(name: &CStr) -> T {
     // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
@@ -34,73 +43,57 @@ fn main() {
         .unwrap_or(4);
     let begin: Begin = find(c"kinetrace_op_begin");
     let end: End = find(c"kinetrace_op_end");
+    let op_args: Args = find(c"kinetrace_op_args");
     let step: unsafe extern "C" fn() = find(c"kinetrace_step");
     // RecordFunctions live on the stack: their addresses are the keys.
-    let (linear, addmm, bwd, block, inner, add) = (1u8, 2u8, 3u8, 4u8, 5u8, 6u8);
+    let (linear, addmm, bwd, block, inner, add, eval) = (1u8, 2u8, 3u8, 4u8, 5u8, 6u8, 7u8);
     let key = |k: &u8| k as *const u8 as *const c_void;
     let mut buffer = [0u8; 32];
-    let dims = b"[[1], [1], []]";
-    // SAFETY: every call below passes NUL-terminated names, `dims` with its length, and keys as
+    let mut eval_name = [0u8; 64];
+    let text: &[u8] = br#""Input Dims":[[1], [1], []],"Input type":["float", "float", "Scalar"],"Input Strides":[[1], [1], []],"Concrete Inputs":["", "", "1"]"#;
+    let bad: &[u8] = br#""Input Dims":[[1]"#;
+    // SAFETY: every call below passes NUL-terminated names, texts with their lengths, and keys as
     // above, as the entry points require.
     unsafe {
+        assert_eq!(
+            op_args(bad.as_ptr().cast(), bad.len()),
+            0,
+            "a malformed text is refused"
+        );
         for s in 0..steps {
             step();
-            begin(
-                key(&linear),
-                c"aten::linear".as_ptr(),
-                -1,
-                0,
-                std::ptr::null(),
-                0,
-            );
-            begin(
-                key(&addmm),
-                c"aten::addmm".as_ptr(),
-                s as i64,
-                0,
-                std::ptr::null(),
-                0,
-            );
+            let args = op_args(text.as_ptr().cast(), text.len());
+            begin(key(&linear), c"aten::linear".as_ptr(), -1, 0, 0);
+            begin(key(&addmm), c"aten::addmm".as_ptr(), s as i64, 0, 0);
             end(key(&addmm));
             end(key(&linear));
             for name in [&b"AddmmBackward0\0"[..], &b"ReluBackward0\0"[..]] {
+                let prefix = b"autograd::engine::evaluate_function: ";
+                eval_name[..prefix.len()].copy_from_slice(prefix);
+                eval_name[prefix.len()..prefix.len() + name.len()].copy_from_slice(name);
+                begin(
+                    key(&eval),
+                    eval_name.as_ptr().cast(),
+                    -1,
+                    EVALUATE_FUNCTION,
+                    0,
+                );
                 buffer[..name.len()].copy_from_slice(name);
                 begin(
                     key(&bwd),
                     buffer.as_ptr().cast(),
                     s as i64,
-                    0,
-                    std::ptr::null(),
+                    BACKWARD_FUNCTION,
                     0,
                 );
                 end(key(&bwd));
+                end(key(&eval));
             }
-            begin(
-                key(&block),
-                c"my_block".as_ptr(),
-                -1,
-                1,
-                std::ptr::null(),
-                0,
-            );
-            begin(
-                key(&inner),
-                c"aten::mul".as_ptr(),
-                -1,
-                0,
-                std::ptr::null(),
-                0,
-            );
+            begin(key(&block), c"my_block".as_ptr(), -1, ANNOTATION, 0);
+            begin(key(&inner), c"aten::mul".as_ptr(), -1, 0, 0);
             end(key(&block));
             end(key(&inner));
-            begin(
-                key(&add),
-                c"aten::add".as_ptr(),
-                -1,
-                0,
-                dims.as_ptr().cast(),
-                dims.len(),
-            );
+            begin(key(&add), c"aten::add".as_ptr(), -1, 0, args);
             end(key(&add));
         }
         step();

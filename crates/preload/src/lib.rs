@@ -1,7 +1,9 @@
 /*!
 `libkinetrace.so`: the shim that profiles jobs nobody edited. Load it with `LD_PRELOAD` (its
 constructor then points `CUDA_INJECTION64_PATH` at itself if that is unset) or name it in
-`CUDA_INJECTION64_PATH` (the CUDA driver calls [`InitializeInjection`] during `cuInit`).
+`CUDA_INJECTION64_PATH` (the CUDA driver calls [`InitializeInjection`] during `cuInit`). Loaded
+any other way (`kinetrace.profile` loads it with ctypes) it changes no environment variable and
+stays dormant until one of its entry points is called.
 
 This crate holds only the C entry points and the few libc calls the safe facade cannot make
 (`atexit`, `pthread_atfork`, `sigaction`, `setenv`, `dladdr`, `SO_PEERCRED`, and the signal mask
@@ -23,25 +25,41 @@ Exports:
 - `kinetrace_torch_state()`, `kinetrace_range_push()`, `kinetrace_range_pop()`, `kinetrace_log()`:
   what the Python side uses to turn PyTorch's ops on inside windows and to record module ranges.
 - `kinetrace_op_begin()`, `kinetrace_op_end()`: what kinetrace's compiled PyTorch extension
-  (`python/kinetrace/_ops_ext.cpp`) calls from its RecordFunction callbacks, once per op in a window.
+  (`python/kinetrace/_ops_ext.cpp`) calls from its RecordFunction callbacks, once per op in a window;
+  `kinetrace_op_args()` and `kinetrace_op_args_generation()`: how it gets the id of an op's args
+  text (once per distinct text).
+- `kinetrace_set_distributed_info()`: what the Python side says of `torch.distributed`, written as
+  the traces' `distributedInfo`.
 - `rocprofiler_configure`: rocprofiler-sdk's tool entry point; when HIP initialises the SDK finds it
   (this library preloaded, or named in `ROCP_TOOL_LIBRARIES`) and kinetrace registers as a tool;
   once initialised, it starts profiling with the GPU as `InitializeInjection` does.
+- `kinetrace_profile_start()`, `kinetrace_profile_step()`, `kinetrace_profile_request()`,
+  `kinetrace_profile_outputs()`, `kinetrace_profile_stop()`, `kinetrace_config_key_known()`,
+  `kinetrace_api_version()`: the in-process API `kinetrace.profile` drives through ctypes (the
+  library loaded, not preloaded; configuration handed over as text, see `api.rs`).
 - `cuptiActivityRegisterCallbacks`: interposes the CUPTI call torch.profiler's Kineto makes when it
   takes CUPTI over, so kinetrace can step aside first (then forwards to the real one).
 */
 #![deny(missing_docs)]
 
+mod api;
 mod exit_signals;
 mod nvtx;
 mod report;
 mod shim;
 mod torch_ops;
 
+pub use api::{
+    kinetrace_api_version, kinetrace_config_key_known, kinetrace_profile_outputs,
+    kinetrace_profile_request, kinetrace_profile_start, kinetrace_profile_step,
+    kinetrace_profile_stop,
+};
 pub use nvtx::InitializeInjectionNvtx2;
 pub use shim::{
     cuptiActivityRegisterCallbacks, kinetrace_is_active, kinetrace_log, kinetrace_range_pop,
-    kinetrace_range_push, kinetrace_save_at_exit, kinetrace_step, kinetrace_torch_state,
-    rocprofiler_configure, InitializeInjection,
+    kinetrace_range_push, kinetrace_save_at_exit, kinetrace_set_distributed_info, kinetrace_step,
+    kinetrace_torch_state, rocprofiler_configure, InitializeInjection,
 };
-pub use torch_ops::{kinetrace_op_begin, kinetrace_op_end};
+pub use torch_ops::{
+    kinetrace_op_args, kinetrace_op_args_generation, kinetrace_op_begin, kinetrace_op_end,
+};

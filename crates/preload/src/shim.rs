@@ -25,7 +25,14 @@ extern "C" fn on_load() {
         agent::set_peer_uid(peer_uid);
         crate::report::install();
         let unset = |name: &str| std::env::var_os(name).is_none_or(|v| v.is_empty());
-        let me = me.and_then(|p| CString::new(p.into_os_string().into_encoded_bytes()).ok());
+        // Only a preloaded copy points the driver and NVTX at itself: one loaded by ctypes
+        // (`kinetrace.profile`) or by the driver changes nothing in the environment.
+        let preloaded = me.as_deref().is_some_and(|p| {
+            std::env::var_os("LD_PRELOAD").is_some_and(|v| names(&v.to_string_lossy(), p))
+        });
+        let me = me
+            .filter(|_| preloaded)
+            .and_then(|p| CString::new(p.into_os_string().into_encoded_bytes()).ok());
         if let Some(c) = &me {
             if unset("CUDA_INJECTION64_PATH") {
                 // SAFETY: both arguments are NUL-terminated strings that outlive the call. Constructors
@@ -45,6 +52,21 @@ extern "C" fn on_load() {
         agent::rocm_tool::on_tool_initialized(rocm_initialized);
         agent::rocm_tool::on_marker(roctx_push, roctx_pop);
     });
+}
+
+/// Whether the `LD_PRELOAD` list `list` (entries separated by `:` or white space) names the
+/// library at `me`: the same path, the same file, or its bare name (which the loader searches).
+fn names(list: &str, me: &std::path::Path) -> bool {
+    let real = me.canonicalize().ok();
+    list.split([':', ' ', '\t'])
+        .filter(|e| !e.is_empty())
+        .any(|e| {
+            let e = std::path::Path::new(e);
+            if e.components().count() == 1 {
+                return me.file_name() == Some(e.as_os_str());
+            }
+            e == me || (real.is_some() && e.canonicalize().ok() == real)
+        })
 }
 
 /// A roctx range pushed on this thread (through rocprofiler-sdk's marker tracing): PyTorch on
@@ -271,6 +293,26 @@ pub unsafe extern "C" fn kinetrace_log(message: *const c_char) {
     // SAFETY: per the contract, a NUL-terminated string.
     let text = String::from_utf8_lossy(unsafe { CStr::from_ptr(message) }.to_bytes());
     let _ = catch_unwind(|| agent::log(&text));
+}
+
+/// What the Python side says of `torch.distributed` (a JSON object, as torch.profiler writes
+/// `distributedInfo`): traces of windows that open from now on write it. 1 when taken, 0 when
+/// this process is not profiling (yet), -1 when malformed (said once in the log).
+///
+/// # Safety
+/// `json` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn kinetrace_set_distributed_info(json: *const c_char) -> c_int {
+    if json.is_null() {
+        return -1;
+    }
+    // SAFETY: per the contract, a NUL-terminated string.
+    let text = String::from_utf8_lossy(unsafe { CStr::from_ptr(json) }.to_bytes());
+    match catch_unwind(|| agent::set_distributed_info(&text)) {
+        Ok(Some(true)) => 1,
+        Ok(None) => 0,
+        _ => -1,
+    }
 }
 
 type RegisterCallbacks = unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32;

@@ -2,6 +2,9 @@
 //! its RecordFunction callbacks call [`kinetrace_op_begin`] and [`kinetrace_op_end`] for every op
 //! inside a window. They run once per op per thread, so nothing here allocates once a name has
 //! been seen: names are interned through a small per-thread cache keyed by the name's address.
+//! An op's args (shapes, types, strides, scalars, a collective's sizes) come as an id the
+//! extension got from [`kinetrace_op_args`] once per distinct text and per
+//! [`kinetrace_op_args_generation`].
 //!
 //! An address alone does not identify a name: operators' names live in their schema for the
 //! process, but autograd functions' names live in their RecordFunction, and the next one may put
@@ -12,13 +15,17 @@ use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CStr};
 use std::panic::catch_unwind;
 
-use kinetrace_agent::ops::{self, NameId};
+use kinetrace_agent::ops::{self, ArgsId, AutogradRole, Begun, NameId};
 
 /// Entries in the per-thread name cache (a power of two): direct-mapped by address.
 const SLOTS: usize = 256;
 
-/// `kinetrace_op_begin`'s flag: a `record_function` range (a `user_annotation`), not an op.
+/// `kinetrace_op_begin`'s flags: a `record_function` range (a `user_annotation`, not an op)...
 const ANNOTATION: u32 = 1;
+/// ... autograd's `evaluate_function: …` range ...
+const EVALUATE_FUNCTION: u32 = 2;
+/// ... a backward function (PyTorch's `BACKWARD_FUNCTION` scope).
+const BACKWARD_FUNCTION: u32 = 4;
 
 struct Slot {
     address: usize,
@@ -79,19 +86,19 @@ unsafe fn name_id(name: *const c_char) -> NameId {
 
 /// A RecordFunction began on this thread: inside a window its span begins (see
 /// `kinetrace_agent::ops::begin`). `key` identifies it for [`kinetrace_op_end`]; `sequence` is
-/// its autograd sequence number (negative: none); `flags` bit 1 marks a `record_function` range;
-/// `dims` (`dims_len` bytes, not NUL-terminated; null without shapes) is its `Input Dims` JSON.
+/// its autograd sequence number (negative: none); `flags`: 1 a `record_function` range, 2
+/// autograd's `evaluate_function` range, 4 a backward function; `args` is an id from
+/// [`kinetrace_op_args`] (0: none).
 ///
 /// # Safety
-/// `name` is null or a NUL-terminated string; `dims` is null or points to `dims_len` bytes.
+/// `name` is null or a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn kinetrace_op_begin(
     key: *const c_void,
     name: *const c_char,
     sequence: i64,
     flags: u32,
-    dims: *const c_char,
-    dims_len: usize,
+    args: u32,
 ) {
     let _ = catch_unwind(|| {
         if name.is_null() {
@@ -99,11 +106,19 @@ pub unsafe extern "C" fn kinetrace_op_begin(
         }
         // SAFETY: per the contract, a NUL-terminated string.
         let id = unsafe { name_id(name) };
-        let dims = (!dims.is_null())
-            // SAFETY: per the contract, `dims_len` readable bytes.
-            .then(|| unsafe { std::slice::from_raw_parts(dims.cast::<u8>(), dims_len) })
-            .and_then(|d| std::str::from_utf8(d).ok());
-        ops::begin(key as usize, id, sequence, flags & ANNOTATION != 0, dims);
+        let role = if flags & EVALUATE_FUNCTION != 0 {
+            AutogradRole::EvaluateFunction
+        } else if flags & BACKWARD_FUNCTION != 0 {
+            AutogradRole::BackwardFunction
+        } else {
+            AutogradRole::None
+        };
+        let what = Begun {
+            annotation: flags & ANNOTATION != 0,
+            role,
+            args: (args != 0).then_some(ArgsId(args)),
+        };
+        ops::begin(key as usize, id, sequence, what);
     });
 }
 
@@ -111,4 +126,31 @@ pub unsafe extern "C" fn kinetrace_op_begin(
 #[no_mangle]
 pub extern "C" fn kinetrace_op_end(key: *const c_void) {
     let _ = catch_unwind(|| ops::end(key as usize));
+}
+
+/// The id of an op's args text (`len` bytes at `text`, not NUL-terminated): JSON members with
+/// torch.profiler's keys (`"Input Dims":[[4, 8]],"Input type":["float"]`), checked here (see
+/// `kinetrace_agent::args`). 0 when the text is refused or the table is full. An id is good until
+/// [`kinetrace_op_args_generation`] changes; the same text gives the same id until then.
+///
+/// # Safety
+/// `text` is null or points to `len` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn kinetrace_op_args(text: *const c_char, len: usize) -> u32 {
+    if text.is_null() {
+        return 0;
+    }
+    // SAFETY: per the contract, `len` readable bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(text.cast::<u8>(), len) };
+    catch_unwind(|| kinetrace_agent::args::intern(bytes))
+        .ok()
+        .flatten()
+        .map_or(0, |id| id.0)
+}
+
+/// The args table's generation: ids from [`kinetrace_op_args`] are good while it stays the same
+/// (the table is emptied when profiling goes idle between windows). Cheap: one atomic load.
+#[no_mangle]
+pub extern "C" fn kinetrace_op_args_generation() -> u32 {
+    kinetrace_agent::args::generation()
 }

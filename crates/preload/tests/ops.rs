@@ -50,7 +50,11 @@ fn recorded_ops_have_their_names_categories_and_args() {
     }
     // The annotation flag (a record_function scope) makes a user_annotation.
     assert_eq!(count("my_block", "user_annotation"), 3);
-    assert_eq!(xs.len(), 21, "{xs:#?}");
+    for name in ["AddmmBackward0", "ReluBackward0"] {
+        let eval = format!("autograd::engine::evaluate_function: {name}");
+        assert_eq!(count(&eval, "cpu_op"), 3, "{eval}");
+    }
+    assert_eq!(xs.len(), 27, "{xs:#?}");
     // Sequence numbers (non-negative only) and shapes pass through.
     let addmm: Vec<u64> = xs
         .iter()
@@ -63,13 +67,34 @@ fn recorded_ops_have_their_names_categories_and_args() {
         .iter()
         .filter(|e| e["name"] == "aten::linear")
         .all(|e| e["args"].get("Sequence number").is_none()));
+    // The args text, whole, as the recorder handed it over.
     for e in xs.iter().filter(|e| e["name"] == "aten::add") {
+        let args = &e["args"];
+        assert_eq!(args["Input Dims"], serde_json::json!([[1], [1], []]), "{e}");
         assert_eq!(
-            e["args"]["Input Dims"],
+            args["Input type"],
+            serde_json::json!(["float", "float", "Scalar"]),
+            "{e}"
+        );
+        assert_eq!(
+            args["Input Strides"],
             serde_json::json!([[1], [1], []]),
             "{e}"
         );
+        assert_eq!(
+            args["Concrete Inputs"],
+            serde_json::json!(["", "", "1"]),
+            "{e}"
+        );
     }
+    // autograd's evaluate_function ranges take the sequence number of the backward function they
+    // run, as torch.profiler gives them.
+    let evals: Vec<u64> = xs
+        .iter()
+        .filter(|e| e["name"] == "autograd::engine::evaluate_function: ReluBackward0")
+        .map(|e| e["args"]["Sequence number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(evals, vec![1, 2, 3]);
     // aten::addmm nests in aten::linear; the op that ended out of order still ended.
     let span = |e: &Value| {
         let ts = e["ts"].as_f64().unwrap();

@@ -785,6 +785,92 @@ fn a_cupti_takeover_makes_kinetrace_step_aside_and_keeps_its_trace_whole() {
     t.assert_correlated();
 }
 
+/// The step the job reports now (a status request).
+fn step_of(sock: &Path) -> u64 {
+    let r = control::send(sock, &Request::Status, Duration::from_secs(5)).unwrap();
+    r[0].get("step").unwrap().parse().unwrap()
+}
+
+/// Another local user swaps the checked `--out` directory for a symlink to a directory of root's
+/// between the request and the capture (the trace root is shared: mode 0777, not sticky): the
+/// trace goes into the directory that was checked, held open since, never through the link.
+#[test]
+fn a_trigger_out_dir_swapped_for_a_symlink_after_the_check_is_not_followed() {
+    use std::os::unix::fs::PermissionsExt;
+    let name = "a_trigger_out_dir_swapped_for_a_symlink_after_the_check_is_not_followed";
+    let Some(other) = kinetrace_test_support::users::other_user(name) else {
+        return;
+    };
+    let w = World::for_another_user();
+    let mode = |p: &Path, m: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    };
+    std::fs::create_dir(&w.out).unwrap();
+    mode(&w.out, 0o777);
+    std::fs::create_dir(w.out.join("sub")).unwrap();
+    mode(&w.out.join("sub"), 0o755);
+    let victim = w.tmp.path().join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    mode(&victim, 0o700);
+    let stop = w.tmp.path().join("stop");
+    let (child, pid) = start_job_with(
+        &w,
+        100_000,
+        100,
+        &["--stop-file", stop.to_str().unwrap()],
+        &[],
+    );
+    let sock = socket_of(&w, pid);
+    // Well ahead (100 ms a step), so the swap below comes first; checked after it.
+    let at = step_of(&sock) + 20;
+    let request = Request::Capture(CaptureSpec {
+        length: CaptureLength::Steps(1),
+        start_step: Some(at),
+        delay: None,
+        out: Some("sub".into()),
+        wait: false,
+    });
+    let r = control::send(&sock, &request, Duration::from_secs(5)).unwrap();
+    assert_eq!(r[0].verb, "accepted", "{r:?}");
+    let mut swap = other.command("sh");
+    swap.args([
+        "-c",
+        r#"mv "$1/sub" "$1/sub-moved" && ln -s "$2" "$1/sub""#,
+        "sh",
+        w.out.to_str().unwrap(),
+        victim.to_str().unwrap(),
+    ])
+    .current_dir(w.tmp.path());
+    let o = run(swap);
+    assert!(o.status.success(), "the swap failed: {}", text(&o.stderr));
+    let now = step_of(&sock);
+    assert!(
+        now < at,
+        "precondition: the capture (step {at}) must start after the swap, but the job is at {now}"
+    );
+    let traces = || {
+        let r = control::send(&sock, &Request::Status, Duration::from_secs(5)).unwrap();
+        r[0].get("traces").unwrap_or("0").to_string()
+    };
+    wait_until(
+        "the capture to end",
+        || traces() == "1" || w.log_text().contains("not written"),
+        || format!("status traces {}; log:\n{}", traces(), w.log_text()),
+    );
+    std::fs::write(&stop, "").unwrap();
+    let out = child.wait();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let written: Vec<_> = std::fs::read_dir(&victim).unwrap().collect();
+    assert!(written.is_empty(), "written through the link: {written:?}");
+    let kept = traces_in(&w.out.join("sub-moved"));
+    assert_eq!(
+        kept.len(),
+        1,
+        "the checked directory holds the trace: {kept:?}\n{}",
+        w.log_text()
+    );
+}
+
 /// Root only: a job belonging to another user refuses root's trigger (peer-credential check), and
 /// another user cannot even reach a root job's socket (0700 directory). What the other user runs is
 /// copied where it can reach it (see [`World::for_another_user`]).
@@ -1413,4 +1499,75 @@ fn memory_on_a_process_without_cuda_says_what_is_not_recorded() {
         .env("KINETRACE_MEMORY", "1");
     assert_eq!(run(c).status.code(), Some(0));
     assert!(!w.log_text().contains("--memory"), "{}", w.log_text());
+}
+
+/// A HIP job that returns from `main` while its whole-run capture is open: rocprofiler-sdk
+/// finalizes at exit before kinetrace's own exit handler saves the capture (the SDK registers its
+/// handler after the tools' `initialize`, where kinetrace registered its own). kinetrace takes what
+/// the SDK's buffer holds in the tool's `finalize` and asks nothing of the SDK after it: no line
+/// about a flush the SDK refuses, and every dispatch, copy and fill the job made is in the trace,
+/// the last step's included (its records were still in the SDK's buffer at exit).
+#[test]
+fn a_hip_job_exiting_normally_keeps_every_record_and_says_nothing() {
+    let w = World::new();
+    let rocm = w.tmp.path().join("rocm");
+    let none = w.tmp.path().join("no-cuda");
+    std::fs::create_dir(&rocm).unwrap();
+    std::fs::create_dir(&none).unwrap();
+    let sdk = rocm.join("librocprofiler-sdk.so.1");
+    std::fs::copy(kinetrace_test_support::fake::fake_rocprofiler_sdk(), &sdk).unwrap();
+    let job = profile_dir().join("examples/fake_rocm_train");
+    let steps = 4;
+    let mut c = w.preloaded(&job, &[&steps.to_string()]);
+    c.env_remove("KINETRACE_CUPTI_PATH")
+        .env("LD_LIBRARY_PATH", &none)
+        .env("CUDA_HOME", &none)
+        .env("FAKE_ROCP_LIB", &sdk)
+        .env("FAKE_ROCM_COPIES", "1")
+        .env("KINETRACE_WHOLE_RUN", "1");
+    let (out, err, code) = outcome(c);
+    assert_eq!(
+        (out.as_str(), err.as_str(), code),
+        ("fake_rocm_train: done 4 steps, 1 tools\n", "", Some(0)),
+        "log:\n{}",
+        w.log_text()
+    );
+    let t = only_trace(&w);
+    // Per step: two kernels, one copy, one fill carried out as two fill dispatches.
+    assert_eq!(t.kernel_steps(), vec![0, 1, 2, 3]);
+    assert_eq!(t.kernels(), 2 * steps);
+    let count = |cat: &str| {
+        t.events()
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["cat"] == cat)
+            .count()
+    };
+    assert_eq!(count("gpu_memcpy"), steps, "every copy");
+    assert_eq!(count("gpu_memset"), 2 * steps, "every fill dispatch");
+    let calls = |name: &str| {
+        t.events()
+            .iter()
+            .filter(|e| e["cat"] == "cuda_runtime" && e["name"] == name)
+            .count()
+    };
+    assert_eq!(
+        (
+            calls("hipLaunchKernel"),
+            calls("hipMemcpyAsync"),
+            calls("hipMemsetAsync")
+        ),
+        (2 * steps, steps, steps)
+    );
+    t.assert_correlated();
+    // Each kernel, copy and fill dispatch has its flow from its call.
+    assert_eq!(
+        kinetrace_test_support::trace::assert_one_flow_per_gpu_record(&t.json),
+        5 * steps
+    );
+    assert_eq!(
+        t.json["dropped_events"]["rocm"], 0,
+        "{}",
+        t.json["dropped_events"]
+    );
+    assert_eq!(w.log_text(), "", "nothing to report at a normal exit");
 }

@@ -327,3 +327,102 @@ fn a_python_job_ended_by_ctrl_c_keeps_its_trace_and_dies_of_sigint() {
         assert_saved(&w, name, last_step(&out, "py_train") + 1);
     }
 }
+
+/// A job that starts `kinetrace.profile`'s in-process runtime the way `_profile.py` does (the shim
+/// loaded with ctypes, configuration as text, whole run, never stopped), steps every 5 ms and
+/// prints each step. With `sigwait`, the main thread blocks SIGTERM once profiling runs and polls
+/// for it with `sigtimedwait`, then stops the profiler and exits 3.
+const EMBEDDED_JOB: &str = r#"
+import ctypes, signal, sys, time
+shim, out, mode = sys.argv[1:4]
+lib = ctypes.CDLL(shim, mode=ctypes.RTLD_GLOBAL)
+lib.kinetrace_profile_start.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+lib.kinetrace_profile_stop.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+msg = ctypes.create_string_buffer(512)
+config = "KINETRACE_OUTPUT_DIR=%s\nKINETRACE_WHOLE_RUN=1\nKINETRACE_CONTROL=0\nKINETRACE_ACTIVITIES=cpu_op,user_annotation\n" % out
+assert lib.kinetrace_profile_start(config.encode(), msg, 512) == 0, msg.value
+if mode == "sigwait":
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+i = 0
+while True:
+    # Sleeping with SIGTERM blocked, then polling: while a thread waits in sigtimedwait the kernel
+    # counts the signal as unblocked there, so waiting in it would hide a thread that takes it.
+    time.sleep(0.005)
+    if mode == "sigwait":
+        got = signal.sigtimedwait({signal.SIGTERM}, 0)
+        if got is not None:
+            print("py_embedded: sigwait got %d" % got.si_signo, flush=True)
+            lib.kinetrace_profile_stop(msg, 512)
+            sys.exit(3)
+    lib.kinetrace_profile_step()
+    print("py_embedded: step %d" % i, flush=True)
+    i += 1
+"#;
+
+fn embedded_run(w: &World, mode: &str) -> Job {
+    let mut c = w.command(
+        "python3",
+        &[
+            "-c",
+            EMBEDDED_JOB,
+            &w.shim.to_string_lossy(),
+            &w.out.to_string_lossy(),
+            mode,
+        ],
+    );
+    // Only what the job hands over configures the runtime.
+    for k in [
+        "KINETRACE_OUTPUT_DIR",
+        "KINETRACE_LOG",
+        "KINETRACE_CUPTI_PATH",
+    ] {
+        c.env_remove(k);
+    }
+    Job::spawn(c).show(&w.log)
+}
+
+/// `kinetrace.profile` never stopped when SIGTERM or SIGHUP ends the job (Python leaves both at
+/// their default): the capture is saved by the same exit path as the preloaded shim's, and the job
+/// dies of the signal.
+#[test]
+fn a_kinetrace_profile_job_ended_by_sigterm_or_sighup_keeps_its_trace_and_dies_of_the_signal() {
+    for (signal, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGHUP, "SIGHUP")] {
+        let w = World::new();
+        let mut job = embedded_run(&w, "steps");
+        wait_for_step(&mut job, "py_embedded", 3);
+        kill(job.id(), signal);
+        let o = job.wait();
+        let out = text(&o.stdout);
+        assert_eq!(
+            o.status.signal(),
+            Some(signal),
+            "{name}: {:?} {}",
+            o.status,
+            text(&o.stderr)
+        );
+        assert_saved(&w, name, last_step(&out, "py_embedded") + 1);
+    }
+}
+
+/// The job blocks SIGTERM after starting `kinetrace.profile` and takes it with `sigtimedwait`:
+/// the runtime's threads (started before the job blocked it) must not take it instead.
+#[test]
+fn a_kinetrace_profile_job_taking_sigterm_with_sigwait_still_gets_it() {
+    let w = World::new();
+    let mut job = embedded_run(&w, "sigwait");
+    wait_for_step(&mut job, "py_embedded", 3);
+    kill(job.id(), libc::SIGTERM);
+    let o = job.wait();
+    let out = text(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{:?}: {out} {}",
+        o.status,
+        text(&o.stderr)
+    );
+    let (before, _) = out
+        .split_once("py_embedded: sigwait got 15\n")
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_saved(&w, "sigwait", last_step(before, "py_embedded") + 1);
+}

@@ -123,6 +123,7 @@ pub(crate) fn install_tool(config: &RocmConfig) -> Result<&'static Tool, RocmOpe
         arg_layouts,
         sdk_dropped: Default::default(),
         skipped: Default::default(),
+        finalized: Default::default(),
         configured: Default::default(),
         kernel_names: Default::default(),
         setup: std::sync::Mutex::new(Setup::default()),

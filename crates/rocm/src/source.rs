@@ -249,6 +249,8 @@ struct Live {
     allocations_off: Option<SdkError>,
     /// Records the queue refused or the SDK dropped, at creation (the tool is process-wide).
     dropped_before: u64,
+    /// A window wanted the source after the SDK finalized, and was told.
+    finalized_reported: bool,
 }
 
 enum State {
@@ -433,6 +435,7 @@ impl RocmSource {
             allocations_off,
             dropped_before: tool.queue.refused()
                 + tool.sdk_dropped.load(std::sync::atomic::Ordering::Relaxed),
+            finalized_reported: false,
         })
     }
 
@@ -584,6 +587,15 @@ impl ActivitySource for RocmSource {
                 if !wanted || l.active {
                     return Ok(());
                 }
+                if l.tool.finalized() {
+                    // The process is exiting: the SDK takes no new work and starts no context.
+                    if std::mem::replace(&mut l.finalized_reported, true) {
+                        return Ok(());
+                    }
+                    return Err(source_error(
+                        "rocprofiler-sdk has finalized (the process is exiting): no GPU records after this",
+                    ));
+                }
                 ffi::start_context(l.tool.sdk, l.main).map_err(source_error)?;
                 l.active = true;
                 Ok(())
@@ -611,6 +623,11 @@ impl ActivitySource for RocmSource {
                 return;
             }
             l.active = false;
+            if l.tool.finalized() {
+                // The SDK stopped every context before the tool's `finalize`, which took the
+                // buffer's records; it refuses any flush from now on.
+                return;
+            }
             // Stopping a context that is not active is an error (§8.6): only ours, once.
             if let Err(e) = ffi::stop_context(l.tool.sdk, l.main) {
                 (self.log)(&format!("rocm: {e}"));
@@ -635,8 +652,12 @@ impl ActivitySource for RocmSource {
 
     fn flush(&mut self, emit: &mut dyn FnMut(&Activity)) {
         if let State::Live(l) = &mut self.state {
-            if let Err(e) = ffi::flush_buffer(l.tool.sdk, l.buffer) {
-                (self.log)(&format!("rocm: {e}"));
+            // Once the SDK is finalizing, the tool's `finalize` has flushed for the last time (the
+            // SDK refuses any flush after it): what it handed over waits in the queue.
+            if !l.tool.finalized() {
+                if let Err(e) = ffi::flush_buffer(l.tool.sdk, l.buffer) {
+                    (self.log)(&format!("rocm: {e}"));
+                }
             }
             l.drain(emit);
             // The window ends: launch calls no dispatch named go without their kernel's name.

@@ -14,7 +14,9 @@ use kinetrace_export::TraceDir;
 use kinetrace_rocm::{Backend, RocmConfig, RocmSource};
 use kinetrace_test_support::fake::{fake_rocprofiler_sdk_in, fake_roctracer_in};
 use kinetrace_test_support::process::{in_child, wait_until};
-use kinetrace_test_support::trace::{events, load_json, load_only_trace, x};
+use kinetrace_test_support::trace::{
+    assert_one_flow_per_gpu_record, events, load_json, load_only_trace, x,
+};
 use kinetrace_test_support::{annotation, trace_session, Log};
 use serde_json::Value;
 
@@ -270,6 +272,8 @@ fn check_roctracer_trace(trace: &Value) {
             .collect();
         assert_eq!(ends.len(), 2, "{ends:?}");
     }
+    // So does the memset (its FILL_BUFFER record): every GPU record has exactly one flow.
+    assert_eq!(assert_one_flow_per_gpu_record(trace), 4);
     assert!(
         args(runtime[5]).get("External id").is_none(),
         "outside the span"

@@ -14,7 +14,9 @@ use kinetrace_rocm::sys::Abi;
 use kinetrace_rocm::{RocmConfig, RocmSource};
 use kinetrace_test_support::fake::fake_rocprofiler_sdk_in;
 use kinetrace_test_support::process::{in_child, wait_until};
-use kinetrace_test_support::trace::{events, load_only_trace, x};
+use kinetrace_test_support::trace::{
+    assert_one_flow_per_gpu_record, events, key_position, load_only_trace, only_trace_keys, x,
+};
 use kinetrace_test_support::{annotation, trace_session, Log};
 use serde_json::Value;
 
@@ -133,6 +135,12 @@ impl Fake {
         );
         // SAFETY: a NUL-terminated name.
         unsafe { f(c.as_ptr()) }
+    }
+    /// The SDK finalizes, as at exit.
+    fn finalize(&self) {
+        let f = sym!(self, b"fake_rocp_finalize\0", unsafe extern "C" fn());
+        // SAFETY: no arguments.
+        unsafe { f() }
     }
     fn stats(&self) -> FakeStats {
         let f = sym!(
@@ -374,6 +382,11 @@ fn scenario(version: &str) -> Value {
             );
             let devices = trace["deviceProperties"].as_array().expect("devices");
             assert_eq!(devices.len(), 2);
+            // The agents are known when the window opens: the devices are in the head, as
+            // Kineto writes them, and only there.
+            let keys = only_trace_keys(&out);
+            assert_eq!(key_position(&keys, "deviceProperties"), 1, "{keys:?}");
+            assert!(key_position(&keys, "traceEvents") > 1, "{keys:?}");
             assert_eq!(devices[1]["name"], "AMD Instinct MI250X");
             assert_eq!(devices[1]["numSms"], 104);
             assert_eq!(devices[1]["warpSize"], 64);
@@ -423,6 +436,11 @@ fn scenario(version: &str) -> Value {
     }
     assert_eq!(trace["rocprofiler_sdk_version"], version);
     assert_eq!(trace["rocprofiler_sdk_found"], "named explicitly");
+    // Each kernel and the copy: exactly one flow from its call.
+    assert_eq!(
+        assert_one_flow_per_gpu_record(&trace),
+        kernels.len() + copies.len()
+    );
     trace
 }
 
@@ -539,6 +557,9 @@ fn memsets_scenario() -> Value {
     }
     assert_ne!(args(one_sets[0])["stream"], args(split_sets[0])["stream"]);
     assert_eq!(args(split_sets[0])["stream"], 0, "the null stream's row");
+    // Kineto draws a flow from a memset call to its GPU work, as from a launch: every fill
+    // dispatch and the kernel end exactly one flow that starts on its call.
+    assert_eq!(assert_one_flow_per_gpu_record(&trace), sets.len() + 1);
     trace
 }
 
@@ -778,6 +799,78 @@ fn records_written_as_the_context_stops_are_in_the_window() {
     );
 }
 
+/// The SDK finalizes while a window is open, as it does at a normal exit before kinetrace's own
+/// exit handler saves the capture: it stops the contexts and calls the tool's `finalize`, which
+/// takes what the buffer holds; from then on the SDK refuses every flush. The window's trace has
+/// every dispatch, copy and fill, and nothing asks the SDK for what it would refuse (no line). A
+/// later window records the CPU side and says once why there is no GPU work.
+#[test]
+fn the_sdk_finalizing_mid_window_loses_nothing_and_says_nothing() {
+    in_child(
+        "the_sdk_finalizing_mid_window_loses_nothing_and_says_nothing",
+        &[],
+        || {
+            let dir = tempfile::tempdir().unwrap();
+            let lib = fake_lib(dir.path());
+            let fake = Fake::open(&lib);
+            let source = RocmSource::new(config(&lib));
+            fake.load_kernel(1, "_Z4axpyPfS_f.kd");
+            fake.load_kernel(9, "__amd_rocclr_fillBufferAligned.kd");
+            let out = dir.path().join("traces");
+            let log = Log::default();
+            let session = trace_session(vec![Box::new(source)], ActivitySet::all(), &out, &log);
+            wait_until(
+                "the window to start the main context",
+                || fake.stats().active_contexts == 2,
+                || format!("{:?}", fake.stats()),
+            );
+            {
+                let _s = annotation("step");
+                for _ in 0..3 {
+                    fake.kernel(1, 0, 0xa000);
+                }
+                fake.memcpy(4096, 2, 0);
+                fake.memset(9, 1_000_003, 0, 2);
+            }
+            // Below the watermark: every record is still in the SDK's buffer.
+            assert_eq!(fake.stats().records_delivered, 0);
+            fake.finalize();
+            assert_eq!(
+                fake.stats().active_contexts,
+                0,
+                "the SDK stopped every context"
+            );
+            assert_eq!(session.stop().len(), 1);
+            assert!(log.lines().is_empty(), "{:?}", log.lines());
+            let trace = load_only_trace(&out);
+            assert_eq!(x(&trace, "kernel").len(), 3);
+            assert_eq!(x(&trace, "gpu_memcpy").len(), 1);
+            assert_eq!(x(&trace, "gpu_memset").len(), 2);
+            assert_eq!(x(&trace, "cuda_runtime").len(), 5);
+            assert_eq!(assert_one_flow_per_gpu_record(&trace), 6);
+            assert_eq!(trace["dropped_events"]["rocm"], 0);
+
+            // A window after the SDK finalized: CPU work only, and one line saying why.
+            let out = dir.path().join("later");
+            let session = trace_session(
+                vec![Box::new(RocmSource::new(config(&lib)))],
+                ActivitySet::all(),
+                &out,
+                &log,
+            );
+            {
+                let _s = annotation("after");
+                fake.kernel(1, 0, 0xa000);
+            }
+            assert_eq!(session.stop().len(), 1);
+            one_line(&log.lines(), "rocprofiler-sdk has finalized");
+            let trace = load_only_trace(&out);
+            assert_eq!(x(&trace, "kernel").len(), 0);
+            assert_eq!(x(&trace, "user_annotation").len(), 1);
+        },
+    );
+}
+
 #[test]
 fn flood_is_bounded_and_counted() {
     in_child("flood_is_bounded_and_counted", &[], || {
@@ -1006,6 +1099,7 @@ fn check_conventions(trace: &Value, who: &str) {
     let gpu: Vec<&Value> = x(trace, "kernel")
         .into_iter()
         .chain(x(trace, "gpu_memcpy"))
+        .chain(x(trace, "gpu_memset"))
         .collect();
     assert!(!runtime.is_empty() && !gpu.is_empty(), "{who}");
     let flows: Vec<&Value> = events(trace)
@@ -1039,10 +1133,12 @@ fn check_conventions(trace: &Value, who: &str) {
             "{who}"
         );
     }
-    // Kineto's flow list: a call in it starts a flow on its own row; any other call ends one there.
+    // The flow list: a call in it starts a flow on its own row; any other call ends one there.
+    // (kinetrace's list is Kineto's plus the memset, copy and launch variants Kineto's ROCm list
+    // lacks; its trace has none of those.)
     for r in &runtime {
         let corr = args(r)["correlation"].as_u64().unwrap();
-        let starts = kinetrace_rocm::decode::FLOW_STARTS.contains(&r["name"].as_str().unwrap());
+        let starts = kinetrace_rocm::decode::starts_flow(r["name"].as_str().unwrap());
         let own = |ph: &str| {
             flows.iter().any(|f| {
                 f["ph"] == ph

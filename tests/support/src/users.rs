@@ -102,6 +102,32 @@ fn obtain() -> Result<OtherUser, String> {
     })
 }
 
+/// A user id with no line in `/etc/passwd` (what `docker run --user N` gives a job): for tests of
+/// a job running as such a uid. Found, not created: the first free id from 54321 up. Needs root
+/// to run anything as it: `None` (after one line on stderr) where a test may skip.
+///
+/// # Panics
+/// Under `CI=true`, when not root.
+pub fn unlisted_uid(test: &str) -> Option<u32> {
+    if euid() != 0 {
+        let why = format!(
+            "not root (euid {}), so nothing can run as another uid",
+            euid()
+        );
+        if strict() {
+            panic!("{test}: needs to run as a uid without a passwd entry: {why} (CI=true: failing, not skipping)");
+        }
+        eprintln!("{test}: SKIPPED: needs to run as a uid without a passwd entry: {why}");
+        return None;
+    }
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let listed: Vec<u32> = passwd
+        .lines()
+        .filter_map(|l| l.split(':').nth(2)?.parse().ok())
+        .collect();
+    (54321..).find(|uid| !listed.contains(uid))
+}
+
 impl OtherUser {
     /// `program` to be run as this user (std drops the supplementary groups when root sets a uid).
     /// `HOME` points nowhere it could write; the rest of the environment is inherited.

@@ -235,6 +235,17 @@ pub static KEYS: &[Key] = &[
         apply: |l, v| boolean(v).map(|b| l.dynolog = Some(b)),
     },
     Key {
+        env: Some("KINETRACE_DYNOLOG_UID"),
+        kineto: None,
+        form: "a uid, an integer >= 0 such as 998",
+        default: "none (root and the job's own uid only)",
+        doc: "Also accept dynolog replies from this uid (a daemon run as a service user). Replies \
+              are accepted only from a sender whose credentials the kernel vouches for \
+              (`SCM_CREDENTIALS`): root, the job's own uid, or this one; any other user who binds \
+              the daemon's name while the daemon is down is dropped with one line.",
+        apply: |l, v| uid(v).map(|u| l.dynolog_uid = Some(u)),
+    },
+    Key {
         env: Some("KINETRACE_DYNOLOG_INTERVAL"),
         kineto: None,
         form: "a duration with a unit ms, s or m, more than 0 and at most 60s, such as 5s",
@@ -330,8 +341,11 @@ pub static KEYS: &[Key] = &[
         kineto: Some("PROFILE_REPORT_INPUT_SHAPES"),
         form: FORM_BOOL,
         default: "0",
-        doc: "With the PyTorch ops, record each op's input shapes (`Input Dims`), as \
-              `record_shapes=True` does. Costs a few microseconds per op inside windows.",
+        doc: "With the PyTorch ops, record each op's inputs as `record_shapes=True` does \
+              (`Input Dims`, `Input type`, `Input Strides`, `Concrete Inputs`; TensorLists \
+              nested) and give c10d collectives their args on every backend (docs/record.md). \
+              Costs a few hundred nanoseconds per op inside windows. A dynolog request's \
+              `PROFILE_REPORT_INPUT_SHAPES` decides for its own capture.",
         apply: |l, v| boolean(v).map(|b| l.record_shapes = Some(b)),
     },
     Key {
@@ -391,6 +405,15 @@ pub static KEYS: &[Key] = &[
         apply: |_, v| path(v).map(|_| ()),
     },
 ];
+
+/// A uid: an integer from 0 to 4294967294 (-1 is no uid).
+fn uid(v: &str) -> Result<u32, String> {
+    let n = u64_(v)?;
+    u32::try_from(n)
+        .ok()
+        .filter(|n| *n != u32::MAX)
+        .ok_or_else(|| "is not a uid (0 to 4294967294)".into())
+}
 
 /// A dynolog poll interval: a duration above 0 and at most 60 s.
 fn poll_interval(v: &str) -> Result<Duration, String> {

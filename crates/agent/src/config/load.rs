@@ -335,6 +335,9 @@ impl Config {
             if let Some(v) = layer.dynolog_interval {
                 c.dynolog_interval = v;
             }
+            if let Some(v) = layer.dynolog_uid {
+                c.dynolog_uid = Some(v);
+            }
         }
         Ok(c)
     }

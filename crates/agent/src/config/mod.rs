@@ -130,6 +130,8 @@ pub struct Config {
     pub dynolog: bool,
     /// Between dynolog polls (`KINETRACE_DYNOLOG_INTERVAL`).
     pub dynolog_interval: Duration,
+    /// A uid besides root and the job's own whose dynolog replies count (`KINETRACE_DYNOLOG_UID`).
+    pub dynolog_uid: Option<u32>,
 }
 
 /// The framework view of a PyTorch process (the `sitecustomize` that `kinetrace record` installs
@@ -142,6 +144,16 @@ pub struct TorchCapture {
     pub shapes: bool,
     /// `nn.Module` forward ranges (`KINETRACE_WITH_MODULES`).
     pub modules: bool,
+}
+
+impl TorchCapture {
+    /// What the framework side turns on in every window, as the trace head states it.
+    pub fn framework(&self) -> kinetrace::FrameworkOptions {
+        kinetrace::FrameworkOptions {
+            record_shapes: self.ops && self.shapes,
+            ..Default::default()
+        }
+    }
 }
 
 impl Default for TorchCapture {
@@ -176,6 +188,7 @@ impl Default for Config {
             torch: TorchCapture::default(),
             dynolog: false,
             dynolog_interval: Duration::from_secs(5),
+            dynolog_uid: None,
         }
     }
 }
@@ -259,8 +272,9 @@ pub const KINETO_UNSUPPORTED: [&str; 4] = [
 ];
 
 /// `KINETRACE_*` variables that other kinetrace tools and tests read; the profiler ignores them.
-pub const NOT_PROFILER_KEYS: [&str; 12] = [
+pub const NOT_PROFILER_KEYS: [&str; 13] = [
     "KINETRACE_PRELOAD_PATH",
+    "KINETRACE_EMBED_SHIM",
     "KINETRACE_BIN",
     "KINETRACE_GIT_HASH",
     "KINETRACE_DEMO",
@@ -317,6 +331,7 @@ struct Layer {
     with_modules: Option<bool>,
     dynolog: Option<bool>,
     dynolog_interval: Option<Duration>,
+    dynolog_uid: Option<u32>,
     /// Which key set each field, for conflict messages.
     names: Vec<(&'static str, &'static str)>,
 }

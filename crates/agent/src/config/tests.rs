@@ -157,6 +157,9 @@ fn every_malformed_value_names_the_key_and_the_accepted_form() {
         ("KINETRACE_DYNOLOG", "yes"),
         ("KINETRACE_DYNOLOG_INTERVAL", "5"),
         ("KINETRACE_DYNOLOG_INTERVAL", "2m"),
+        ("KINETRACE_DYNOLOG_UID", "nobody"),
+        ("KINETRACE_DYNOLOG_UID", "-1"),
+        ("KINETRACE_DYNOLOG_UID", "4294967295"),
     ];
     let mut covered: Vec<&str> = Vec::new();
     for (k, v) in bad {
@@ -419,4 +422,7 @@ fn dynolog_is_opt_in_and_its_interval_has_two_spellings() {
     let c = with_file(&[], "ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS=2\n").unwrap();
     assert_eq!(c.dynolog_interval, Duration::from_secs(2));
     assert_eq!(env(&[]).unwrap().dynolog_interval, Duration::from_secs(5));
+    assert_eq!(env(&[]).unwrap().dynolog_uid, None);
+    let c = env(&[("KINETRACE_DYNOLOG_UID", "998")]).unwrap();
+    assert_eq!(c.dynolog_uid, Some(998));
 }

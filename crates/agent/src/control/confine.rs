@@ -1,10 +1,15 @@
 //! Path confinement: output directories named in control requests must lie under the process's
 //! trace root. The check is lexical first ([`confine`]: relative paths are taken under the root,
-//! absolute ones must lie inside it, `..` is refused outright), then on the real paths once a
-//! directory exists ([`check_inside`]), which catches a symlink inside the root pointing out of it.
+//! absolute ones must lie inside it, `..` is refused outright), then on the directories themselves
+//! when the request arrives ([`open_inside`]): what exists is opened then, one component at a time
+//! without following any symlink, and must belong to this user (or root) and be writable by no one
+//! else unless sticky. The capture writes below the directories opened then, so a directory
+//! swapped for a symlink between the request and the capture changes nothing.
 
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
+
+use kinetrace_files::{Dir, Place};
 
 /// Why an output directory is refused.
 #[derive(Debug)]
@@ -23,20 +28,12 @@ pub enum ConfineError {
         /// The trace root.
         root: PathBuf,
     },
-    /// The directory's real path is outside the root's real path (a symlink on the way).
-    ResolvesOutside {
+    /// The directory (or the root) cannot be used: a symlink on the way, another user's
+    /// directory, one that others may write to, or an error opening it.
+    Unsafe {
         /// The directory.
         dir: PathBuf,
-        /// Its real path.
-        resolved: PathBuf,
-        /// The root's real path.
-        root: PathBuf,
-    },
-    /// A real path cannot be found.
-    Unresolvable {
-        /// The path.
-        dir: PathBuf,
-        /// Why.
+        /// Why (naming the component).
         error: std::io::Error,
     },
 }
@@ -56,19 +53,8 @@ impl fmt::Display for ConfineError {
                 requested.display(),
                 root.display()
             ),
-            ConfineError::ResolvesOutside {
-                dir,
-                resolved,
-                root,
-            } => write!(
-                f,
-                "{} resolves to {}, outside the trace root {}",
-                dir.display(),
-                resolved.display(),
-                root.display()
-            ),
-            ConfineError::Unresolvable { dir, error } => {
-                write!(f, "cannot resolve {}: {error}", dir.display())
+            ConfineError::Unsafe { dir, error } => {
+                write!(f, "cannot write under {}: {error}", dir.display())
             }
         }
     }
@@ -78,7 +64,7 @@ impl std::error::Error for ConfineError {}
 
 /// Resolves an output directory named in a request against the trace root: relative paths are
 /// taken under the root, absolute ones must lie inside it, and `..` is refused outright. The
-/// result is lexical; call [`check_inside`] once the directory exists to catch symlinks.
+/// result is lexical; [`open_inside`] opens it.
 pub fn confine(root: &Path, requested: Option<&Path>) -> Result<PathBuf, ConfineError> {
     let root = absolute(root);
     let Some(req) = requested else {
@@ -104,23 +90,24 @@ pub fn confine(root: &Path, requested: Option<&Path>) -> Result<PathBuf, Confine
     Ok(full)
 }
 
-/// Checks that the real path of `dir` (which exists) is inside the root's real path.
-pub fn check_inside(root: &Path, dir: &Path) -> Result<(), ConfineError> {
-    let unresolvable = |error| ConfineError::Unresolvable {
+/// Opens what exists of `dir` (a result of [`confine`] for `root`) now: the root as the user named
+/// it (a symlink of another user on the way refused), then each component below it with
+/// `O_NOFOLLOW` (no symlink at all), each a directory of this user or root that no one else may
+/// write to unless sticky. What is missing is made below what was opened, when the capture starts.
+/// Nothing is created here, so a refused request leaves nothing behind.
+pub fn open_inside(root: &Path, dir: &Path) -> Result<Place, ConfineError> {
+    let root = absolute(root);
+    let rel = dir.strip_prefix(&root).map_err(|_| ConfineError::Outside {
+        requested: dir.to_path_buf(),
+        root: root.clone(),
+    })?;
+    let unsafe_dir = |error| ConfineError::Unsafe {
         dir: dir.to_path_buf(),
         error,
     };
-    let r = root.canonicalize().map_err(unresolvable)?;
-    let d = dir.canonicalize().map_err(unresolvable)?;
-    if d.starts_with(&r) {
-        Ok(())
-    } else {
-        Err(ConfineError::ResolvesOutside {
-            dir: dir.to_path_buf(),
-            resolved: d,
-            root: r,
-        })
-    }
+    Dir::locate(&root)
+        .and_then(|p| p.join(rel))
+        .map_err(unsafe_dir)
 }
 
 /// `p` made absolute against the current directory (lexically).
@@ -160,17 +147,24 @@ mod tests {
             let e = confine(root, Some(Path::new(bad))).unwrap_err().to_string();
             assert!(e.contains("trace root"), "{bad}: {e}");
         }
-        // A symlink inside the root that points out of it is caught once it exists.
+        // A symlink inside the root is never followed, wherever it points.
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("root");
         std::fs::create_dir(&root).unwrap();
         std::os::unix::fs::symlink(tmp.path(), root.join("escape")).unwrap();
-        let dir = confine(&root, Some(Path::new("escape"))).unwrap();
-        assert!(check_inside(&root, &dir)
-            .unwrap_err()
-            .to_string()
-            .contains("outside the trace root"));
-        std::fs::create_dir(root.join("fine")).unwrap();
-        check_inside(&root, &root.join("fine")).unwrap();
+        std::fs::create_dir(root.join("inside")).unwrap();
+        std::os::unix::fs::symlink(root.join("inside"), root.join("alias")).unwrap();
+        for link in ["escape", "alias/x"] {
+            let dir = confine(&root, Some(Path::new(link))).unwrap();
+            let e = open_inside(&root, &dir).unwrap_err().to_string();
+            assert!(e.contains("is a symlink"), "{link}: {e}");
+        }
+        let fine = open_inside(&root, &root.join("inside/new")).unwrap();
+        assert!(!fine.exists());
+        assert!(
+            !root.join("inside/new").exists(),
+            "nothing is made before the capture"
+        );
+        assert!(fine.open().unwrap().path().ends_with("inside/new"));
     }
 }

@@ -12,7 +12,7 @@ pub mod protocol;
 pub mod server;
 
 pub use client::{list_sockets, send};
-pub use confine::{check_inside, confine, ConfineError};
+pub use confine::{confine, open_inside, ConfineError};
 pub use protocol::{CaptureLength, CaptureSpec, ProtocolError, Reply, Request};
 pub use server::{ControlDirError, ControlServer, PeerUid};
 

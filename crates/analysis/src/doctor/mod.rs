@@ -12,14 +12,18 @@
 
 pub(crate) mod context;
 mod rules;
+mod rules_efficiency;
 mod rules_host;
 mod rules_ops;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use kinetrace_export::reader::ReadOptions;
 use serde::Serialize;
 
+use crate::collectives::Instance;
+use crate::efficiency::{rank_device_work, PeakOverride};
 use crate::hta::Symbols;
 use crate::load::{
     map_sources, place, read_rank, FileProblem, Progress, RankSource, TraceKey, TraceSource,
@@ -83,6 +87,7 @@ pub const RULES: &[Rule] = &[
     rules_host::CUDA_GRAPHS,
     rules_host::COMPILED_REGIONS,
     rules_host::TRACE_DROPS,
+    rules_efficiency::GEMM_BELOW_ROOFLINE,
 ];
 
 /// One line of evidence: something counted on one rank.
@@ -195,6 +200,10 @@ impl DoctorReport {
 pub struct DoctorOptions {
     /// Worker threads (0: one per CPU).
     pub jobs: usize,
+    /// The trace reader's limits.
+    pub read: ReadOptions,
+    /// Device peaks replacing the peaks table's (for the roofline rule).
+    pub peaks: PeakOverride,
 }
 
 struct RankResult {
@@ -202,6 +211,8 @@ struct RankResult {
     info: DoctorRank,
     findings: Vec<Finding>,
     steps: RankSteps,
+    /// Collective kernels, for matching across ranks.
+    comms: Vec<Instance>,
 }
 
 /// A rank's steps, with what turns their `start_ms` back into trace times.
@@ -246,7 +257,7 @@ pub fn doctor_sources(
     opts: &DoctorOptions,
     progress: &(dyn Fn(&Progress<'_>) + Sync),
 ) -> DoctorReport {
-    let results = map_sources(sources, opts.jobs, progress, &examine);
+    let results = map_sources(sources, opts.jobs, progress, &|s| examine(s, opts));
     let read: Vec<RankResult> = results
         .into_iter()
         .filter_map(|r| r.map_err(|p| problems.push(p)).ok())
@@ -255,6 +266,7 @@ pub fn doctor_sources(
     let mut ranks = Vec::new();
     let mut findings = Vec::new();
     let mut all_steps: Vec<RankSteps> = Vec::new();
+    let mut comms = Vec::new();
     for (mut r, p) in read.into_iter().zip(placed) {
         let p = match p {
             Ok(p) => p,
@@ -274,10 +286,12 @@ pub fn doctor_sources(
             }
         }
         all_steps.push(r.steps);
+        comms.push((r.info.rank, p.cycle, r.comms));
         ranks.push(r.info);
         findings.extend(r.findings);
     }
     findings.extend(straggler_rank(&all_steps));
+    rules_efficiency::collective_waits(&mut findings, comms, &all_steps);
     problems.sort_by(|a, b| a.file.cmp(&b.file));
     DoctorReport {
         schema_version: SCHEMA_VERSION,
@@ -288,10 +302,12 @@ pub fn doctor_sources(
 }
 
 /// Reads one file and runs the per-rank rules on it.
-fn examine(source: &TraceSource) -> Result<RankResult, FileProblem> {
-    let (rows, rank, rank_source) = read_rank(source)?;
+fn examine(source: &TraceSource, opts: &DoctorOptions) -> Result<RankResult, FileProblem> {
+    let (rows, rank, rank_source) = read_rank(source, &opts.read)?;
     let ctx = Ctx::new(&rows, rank);
-    let findings = run_rules(&ctx);
+    let mut findings = run_rules(&ctx);
+    let (efficiency, comms) = rank_device_work(&rows, &opts.peaks);
+    findings.extend(rules_efficiency::gemm_below_roofline(&ctx, &efficiency));
     let sym = Symbols::new(&rows);
     let step_rows = steps(rank, &rows, &sym, ctx.origin);
     let gpu_events = (0..ctx.len()).filter(|&i| ctx.kind(i).is_gpu()).count();
@@ -316,6 +332,7 @@ fn examine(source: &TraceSource) -> Result<RankResult, FileProblem> {
             origin_ns: ctx.origin,
             base_ns: rows.base_ns,
         },
+        comms,
     })
 }
 

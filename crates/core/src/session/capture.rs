@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::{SinkFactory, TraceOutput};
+use crate::framework::FrameworkOverrides;
 use crate::schedule::ProfilerAction;
 
 /// When an on-demand capture starts.
@@ -40,6 +41,9 @@ pub struct CaptureRequest {
     pub sinks: Option<Box<dyn SinkFactory>>,
     /// Told the outcome when the capture ends.
     pub on_done: Option<CaptureDone>,
+    /// What the framework recorders turn on for this capture, where it differs from the session's
+    /// own settings (a dynolog request's `PROFILE_REPORT_INPUT_SHAPES`).
+    pub framework: FrameworkOverrides,
 }
 
 impl CaptureRequest {
@@ -50,6 +54,7 @@ impl CaptureRequest {
             length,
             sinks: None,
             on_done: None,
+            framework: FrameworkOverrides::default(),
         }
     }
 }

@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use super::control::{Command, Stamp};
 use super::{lock, SessionConfig, Shared, TraceReadyCallback};
-use crate::activity::{Activity, ActivitySet, CpuSpan, Detail, OpArgs};
+use crate::activity::{Activity, ActivitySet, AutogradRole, CpuSpan, Detail, OpArgs};
 use crate::clock::{TickConverter, Ticks, UnixNanos};
+use crate::op_args;
 use crate::recorder::{self, CpuRecord};
 use crate::source::{Sink, SinkFactory, TraceMeta, TraceOutput, WindowInfo, PARTIAL_STEP_KEY};
 
@@ -122,6 +123,17 @@ struct Window {
     sources: Option<SourcesSeen>,
     /// The step the window's end cut short (see `Command::Stop`).
     partial_step: Option<u64>,
+    /// [`op_args::refused`] when the window started, then (once stopped) the window's own count:
+    /// its ops written without their args because the table was full.
+    args_refused: u64,
+}
+
+/// What a [`Command::Start`] says of the window it opens.
+struct Opened {
+    cycle: u32,
+    sinks: Option<Box<dyn SinkFactory>>,
+    lost: u64,
+    framework: crate::framework::FrameworkOptions,
 }
 
 /// What a window's trace says of the sources, taken when it stopped.
@@ -155,6 +167,9 @@ pub(super) struct Collector {
     /// The open window's end when its stop is queued but not yet applied (see `note_queued_stop`).
     queued_stop: Option<UnixNanos>,
     open_begins: HashMap<(u32, u64), (u32, CpuRecord)>,
+    /// Per thread, the `evaluate_function` span that began last, while no other span has begun
+    /// after it there (see [`Collector::evaluate_function_rule`]).
+    evaluating: HashMap<u32, u64>,
     /// The names of threads that have recorded into a ring, by tid (pruned when large).
     ring_names: HashMap<u32, Option<String>>,
     /// Ring records drained this iteration, not yet converted (reused: no allocation per event).
@@ -192,6 +207,7 @@ impl Collector {
             held_dropped: 0,
             queued_stop: None,
             open_begins: HashMap::new(),
+            evaluating: HashMap::new(),
             ring_names: HashMap::new(),
             drained: Vec::new(),
             pending: Vec::new(),
@@ -285,9 +301,16 @@ impl Collector {
                 cycle,
                 sinks,
                 lost,
+                framework,
             } => {
                 let at = self.time_of(at);
-                self.start(at, cycle, sinks, lost, rest, shared)
+                let opened = Opened {
+                    cycle,
+                    sinks,
+                    lost,
+                    framework,
+                };
+                self.start(at, opened, rest, shared)
             }
             Command::Stop {
                 at,
@@ -298,6 +321,7 @@ impl Collector {
                 if let Some(w) = self.window.as_mut() {
                     w.ring_drops = lost.saturating_sub(w.ring_drops);
                     w.partial_step = partial_step;
+                    w.args_refused = op_args::refused().saturating_sub(w.args_refused);
                 }
                 self.stop(at, rest, shared)
             }
@@ -343,31 +367,40 @@ impl Collector {
             last_tid: None,
             sources: None,
             partial_step: None,
+            args_refused: op_args::refused(),
         }
     }
 
-    fn start(
-        &mut self,
-        at: UnixNanos,
-        cycle: u32,
-        sinks: Option<Box<dyn SinkFactory>>,
-        lost: u64,
-        rest: &[Command],
-        shared: &Shared,
-    ) {
+    fn start(&mut self, at: UnixNanos, opened: Opened, rest: &[Command], shared: &Shared) {
+        let Opened {
+            cycle,
+            sinks,
+            lost,
+            framework,
+        } = opened;
         // Warm-up records end here; the ones that start later wait for the recording.
         self.route_pending_before(at, shared);
         let mut window = match self.window.take() {
             Some(w) => w,
             None => self.new_window(at, shared),
         };
-        // What the trace can say first (HTA reads the rank from the start of the file).
+        // What the trace can say first (HTA reads the rank from the start of the file; streaming
+        // readers take the devices from the head). The sources were enabled before this start
+        // was queued, so they know the devices they will record on, if they can know them now.
+        let devices = lock(&shared.sources)
+            .list
+            .iter()
+            .flat_map(|s| s.device_properties())
+            .collect();
         let info = WindowInfo {
             cycle,
             rank: self.rank,
             world_size: self.world_size,
             pid: std::process::id(),
             host_name: super::host_name(),
+            devices,
+            framework,
+            distributed: lock(&shared.distributed).clone(),
         };
         let opened = match sinks {
             Some(mut sinks) => sinks.open(&info),
@@ -387,6 +420,7 @@ impl Collector {
         window.start = at;
         window.cycle = cycle;
         window.ring_drops = lost;
+        window.args_refused = op_args::refused();
         window.source_drops_at_start = source_drops(shared);
         self.window = Some(window);
         self.note_queued_stop(rest, shared);
@@ -462,9 +496,11 @@ impl Collector {
             }
         }
         if self.disable_sources(epoch, shared) {
-            // Truly idle: no window is pending, so nothing held can belong to one.
+            // Truly idle: no window is pending, so nothing held can belong to one, and no record
+            // still to be written holds an op args id.
             self.early.clear();
             self.carry.clear();
+            op_args::reset();
         }
     }
 
@@ -594,6 +630,10 @@ impl Collector {
             return;
         }
         let mut dropped = vec![("cpu_ring".to_string(), w.ring_drops)];
+        if w.args_refused > 0 {
+            // Ops written without their args: the args table was full.
+            dropped.push(("op_args".to_string(), w.args_refused));
+        }
         let seen = w.sources.unwrap_or_default();
         for (i, (name, now)) in seen.names.iter().zip(&seen.dropped).enumerate() {
             let before = w.source_drops_at_start.get(i).copied().unwrap_or(0);
@@ -712,7 +752,8 @@ impl Collector {
                     tid,
                     OpArgs::NONE,
                 )),
-                CpuRecord::Begin { id, .. } => {
+                CpuRecord::Begin { id, args, .. } => {
+                    self.evaluate_function_rule(tid, id, args);
                     self.open_begins.insert((tid, id), (pid, rec));
                     None
                 }
@@ -747,6 +788,32 @@ impl Collector {
         // Bound the pairing table: begins whose end never came (a span left open forever).
         if self.open_begins.len() > 65_536 {
             self.open_begins.clear();
+        }
+        if self.evaluating.len() > 4096 {
+            self.evaluating.clear();
+        }
+    }
+
+    /// torch.profiler's rule for autograd's `evaluate_function` ranges, which PyTorch records
+    /// without a sequence number: one whose next span begun on the same thread is a backward
+    /// function takes that function's sequence number (so it reads like torch.profiler's and
+    /// `fwdbwd` tools see it). Called with every span's begin, in the order the thread recorded
+    /// them; costs one emptiness check unless an `evaluate_function` just began.
+    fn evaluate_function_rule(&mut self, tid: u32, id: u64, args: OpArgs) {
+        if !self.evaluating.is_empty() {
+            if let Some(evaluate) = self.evaluating.remove(&tid) {
+                let sequence = args.sequence();
+                if args.role() == AutogradRole::BackwardFunction && sequence.is_some() {
+                    if let Some((_, CpuRecord::Begin { args: a, .. })) =
+                        self.open_begins.get_mut(&(tid, evaluate))
+                    {
+                        *a = a.with_sequence(sequence);
+                    }
+                }
+            }
+        }
+        if args.role() == AutogradRole::EvaluateFunction {
+            self.evaluating.insert(tid, id);
         }
     }
 

@@ -11,6 +11,7 @@ use super::{
 };
 use crate::activity::ActivitySet;
 use crate::clock::{Ticks, UnixNanos};
+use crate::framework::{FrameworkOptions, FrameworkOverrides};
 use crate::intern::intern;
 use crate::recorder::{self, CpuRecord};
 use crate::schedule::TimeWindow;
@@ -29,6 +30,8 @@ pub(super) enum Command {
         sinks: Option<Box<dyn SinkFactory>>,
         /// [`recorder::lost_records`] at `at`.
         lost: u64,
+        /// What the framework recorders have on in this window.
+        framework: FrameworkOptions,
     },
     /// The window ends at `at`: host records after it are not part of it.
     Stop {
@@ -75,6 +78,7 @@ pub(super) struct ActiveRequest {
     pub plan: CapturePlan,
     pub sinks: Option<Box<dyn SinkFactory>>,
     pub on_done: Option<CaptureDone>,
+    pub framework: FrameworkOverrides,
 }
 
 pub(super) struct StepSpan {
@@ -87,6 +91,8 @@ pub(super) struct StepSpan {
 pub(super) struct Control {
     pub trigger: Trigger,
     pub activities: ActivitySet,
+    /// The session's own framework options (a request may change them for its capture).
+    pub framework: FrameworkOptions,
     pub log: LogFn,
     pub action: ProfilerAction,
     pub step_num: u64,
@@ -127,6 +133,7 @@ impl Control {
         Control {
             trigger: config.trigger,
             activities: config.activities,
+            framework: config.framework,
             log: config.log.clone(),
             action: ProfilerAction::None,
             step_num: config.first_step,
@@ -158,6 +165,15 @@ impl Control {
     pub fn push(&mut self, cmd: Command) {
         self.queue.push_back(cmd);
         self.queued += 1;
+    }
+
+    /// The framework options in force now: the request's while one is pending or recording
+    /// (its window is the only one that can open then), else the session's.
+    pub fn framework_now(&self) -> FrameworkOptions {
+        match &self.request {
+            Some(r) => r.framework.apply(self.framework),
+            None => self.framework,
+        }
     }
 
     pub fn target_action(&self, elapsed: Duration) -> ProfilerAction {
@@ -225,11 +241,13 @@ impl Control {
                     let now = Ticks::now();
                     shared.recording_from.store(now.0, Ordering::Release);
                     let sinks = self.request.as_mut().and_then(|r| r.sinks.take());
+                    let framework = self.framework_now();
                     self.push(Command::Start {
                         at,
                         cycle: self.cycle,
                         sinks,
                         lost: recorder::lost_records(),
+                        framework,
                     });
                 }
                 SessionCommand::Stop => {

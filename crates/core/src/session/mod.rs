@@ -27,6 +27,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::activity::ActivitySet;
+use crate::framework::{DistributedInfo, FrameworkOptions};
 use crate::recorder;
 use crate::schedule::{ProfilerAction, Schedule, TimeWindow};
 use crate::source::{ActivitySource, SinkFactory, TraceOutput};
@@ -99,6 +100,9 @@ pub struct SessionConfig {
     pub log: LogFn,
     /// The step number the session starts at (steps the process took before profiling began).
     pub first_step: u64,
+    /// What the framework recorders turn on in every window (a capture request may change it for
+    /// its own), written in each trace's head.
+    pub framework: FrameworkOptions,
 }
 
 impl Default for SessionConfig {
@@ -114,6 +118,7 @@ impl Default for SessionConfig {
             metadata: Vec::new(),
             log: stderr_log(),
             first_step: 0,
+            framework: FrameworkOptions::default(),
         }
     }
 }
@@ -170,6 +175,8 @@ struct Shared {
     sources_degraded: AtomicBool,
     /// Whether a collector thread runs (else its work is done inline by the caller).
     threaded: AtomicBool,
+    /// What the job said of its distributed setup, for the heads of the traces that open later.
+    distributed: Mutex<Option<Arc<DistributedInfo>>>,
 }
 
 impl Session {
@@ -210,6 +217,7 @@ impl Session {
             recording_from: AtomicU64::new(u64::MAX),
             sources_degraded: AtomicBool::new(false),
             threaded: AtomicBool::new(false),
+            distributed: Mutex::new(None),
         });
         {
             let mut c = lock(&shared.control);
@@ -324,6 +332,19 @@ impl Session {
         };
         self.shared.after_control(true);
         self.shared.wait_applied(target, STEP_ASIDE_WAIT);
+    }
+
+    /// What the framework recorders should have on now: the options of the capture request in
+    /// force, else the session's own.
+    pub fn framework_options(&self) -> FrameworkOptions {
+        lock(&self.shared.control).framework_now()
+    }
+
+    /// What the job says of its distributed setup (`torch.distributed`'s backend, rank and
+    /// groups): the `distributedInfo` of every trace whose window opens from now on, in place of
+    /// the rank and world size the session was configured with. `None` goes back to those.
+    pub fn set_distributed_info(&self, info: Option<DistributedInfo>) {
+        *lock(&self.shared.distributed) = info.map(Arc::new);
     }
 
     /// A snapshot for status reports.
@@ -487,6 +508,7 @@ impl Shared {
                 plan,
                 sinks: request.sinks,
                 on_done: request.on_done,
+                framework: request.framework,
             });
             s.push(Command::ForgetResult);
             let next = s.target_action(s.started.elapsed());

@@ -702,6 +702,216 @@ fn device_work_of_later_windows_stays_out_of_a_lagging_collectors_window() {
     );
 }
 
+/// Autograd's `evaluate_function` spans take the sequence number of the backward function that
+/// begins right after them on their thread, as torch.profiler gives them; one followed by
+/// anything else (an op a hook runs first) keeps none.
+#[test]
+fn evaluate_function_spans_take_their_backward_functions_sequence_number() {
+    use crate::activity::{AutogradRole, OpArgs};
+    use crate::clock::Ticks;
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    type Seen = Arc<Mutex<Vec<(String, Option<u64>)>>>;
+    let out: Seen = Arc::default();
+    struct SeqSink(Seen);
+    impl Sink for SeqSink {
+        fn record(&mut self, a: &Activity) -> std::io::Result<()> {
+            if let Detail::CpuOp(s) = &a.detail {
+                let name = crate::intern::resolve(s.name).to_string();
+                self.0.lock().unwrap().push((name, s.args.sequence()));
+            }
+            Ok(())
+        }
+        fn finish(self: Box<Self>, meta: &TraceMeta) -> std::io::Result<TraceOutput> {
+            Ok(TraceOutput {
+                path: None,
+                events: 0,
+                cycle: meta.cycle,
+            })
+        }
+    }
+    let out2 = out.clone();
+    let sinks = Box::new(move |_cycle: u32| -> std::io::Result<Box<dyn Sink>> {
+        Ok(Box::new(SeqSink(out2.clone())))
+    });
+    let config = SessionConfig {
+        log: Arc::new(|_| {}),
+        ..SessionConfig::default()
+    };
+    let session = Session::start(config, Vec::new(), sinks, None).expect("tests take turns");
+    let begin = |name: &str, id: u64, args: OpArgs| {
+        assert!(recorder::push(CpuRecord::Begin {
+            name: crate::intern::intern(name),
+            annotation: false,
+            start: Ticks::now(),
+            id,
+            args,
+        }));
+    };
+    let end = |id: u64| {
+        assert!(recorder::push(CpuRecord::End {
+            end: Ticks::now(),
+            id
+        }))
+    };
+    let evaluate = OpArgs::NONE.with_role(AutogradRole::EvaluateFunction);
+    let backward = |seq| OpArgs::new(None, Some(seq)).with_role(AutogradRole::BackwardFunction);
+    // evaluate_function: AddmmBackward0 → AddmmBackward0 (seq 25) → aten::mm
+    begin(
+        "autograd::engine::evaluate_function: AddmmBackward0",
+        9001,
+        evaluate,
+    );
+    begin("AddmmBackward0", 9002, backward(25));
+    begin("aten::mm", 9003, OpArgs::NONE);
+    end(9003);
+    end(9002);
+    end(9001);
+    // A hook's op first (a forward op with its own number): the evaluate_function keeps none.
+    begin(
+        "autograd::engine::evaluate_function: ReluBackward0",
+        9004,
+        evaluate,
+    );
+    begin("aten::mul", 9005, OpArgs::new(None, Some(3)));
+    end(9005);
+    begin("ReluBackward0", 9006, backward(23));
+    end(9006);
+    end(9004);
+    session.stop();
+    let mut got = out.lock().unwrap().clone();
+    got.sort();
+    let want = |n: &str, s: Option<u64>| (n.to_string(), s);
+    let mut expected = vec![
+        want(
+            "autograd::engine::evaluate_function: AddmmBackward0",
+            Some(25),
+        ),
+        want("AddmmBackward0", Some(25)),
+        want("aten::mm", None),
+        want("autograd::engine::evaluate_function: ReluBackward0", None),
+        want("aten::mul", Some(3)),
+        want("ReluBackward0", Some(23)),
+    ];
+    expected.sort();
+    assert_eq!(got, expected);
+}
+
+/// A capture request's framework options are the ones in force while it is pending or recording,
+/// and its trace's head gets them; before and after, the session's own. The job's distributed
+/// info reaches the heads of windows that open after it was given.
+#[test]
+fn a_requests_framework_options_hold_for_its_window_only() {
+    use crate::framework::{DistributedInfo, FrameworkOptions, FrameworkOverrides};
+    use crate::source::WindowInfo;
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let opened: Arc<Mutex<Vec<WindowInfo>>> = Arc::default();
+    struct Opens(Arc<Mutex<Vec<WindowInfo>>>, Traces);
+    impl SinkFactory for Opens {
+        fn open(&mut self, w: &WindowInfo) -> std::io::Result<Box<dyn Sink>> {
+            self.0.lock().unwrap().push(w.clone());
+            Ok(Box::new(StepSink {
+                steps: Vec::new(),
+                out: self.1.clone(),
+            }))
+        }
+    }
+    let own = FrameworkOptions {
+        record_shapes: true,
+        ..Default::default()
+    };
+    let out = Traces::default();
+    let session = loop {
+        let config = SessionConfig {
+            trigger: Trigger::OnDemand,
+            framework: own,
+            log: Arc::new(|_| {}),
+            ..SessionConfig::default()
+        };
+        let sinks = Box::new(Opens(opened.clone(), out.clone()));
+        match Session::start(config, Vec::new(), sinks, None) {
+            Ok(s) => break s,
+            Err(SessionError::AlreadyRunning) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    };
+    assert_eq!(session.framework_options(), own);
+    session.set_distributed_info(Some(DistributedInfo {
+        backend: Some("gloo".into()),
+        rank: 1,
+        world_size: Some(2),
+        ..Default::default()
+    }));
+    let mut req = CaptureRequest::new(CaptureStart::NextStep, CaptureLength::Steps(1));
+    req.framework = FrameworkOverrides {
+        record_shapes: Some(false),
+        with_stack: Some(true),
+        ..Default::default()
+    };
+    let (req, done) = with_done(req);
+    session.request_capture(req).unwrap();
+    let asked = FrameworkOptions {
+        record_shapes: false,
+        with_stack: true,
+        profile_memory: false,
+    };
+    assert_eq!(session.framework_options(), asked, "pending");
+    session.step();
+    assert_eq!(session.framework_options(), asked, "recording");
+    session.step();
+    done.recv_timeout(Duration::from_secs(30))
+        .expect("told when the capture ended")
+        .unwrap();
+    assert_eq!(session.framework_options(), own, "after");
+    drop(session);
+    let opened = opened.lock().unwrap();
+    assert_eq!(opened.len(), 1);
+    assert_eq!(opened[0].framework, asked);
+    let info = opened[0]
+        .distributed
+        .as_deref()
+        .expect("the job's distributed info");
+    assert_eq!((info.rank, info.backend.as_deref()), (1, Some("gloo")));
+}
+
+/// Ops whose args the full table refused are counted in the trace's `dropped_events.op_args`.
+#[test]
+fn args_the_full_table_refused_are_counted_in_the_trace() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let dropped: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
+    struct Meta(Arc<Mutex<Vec<(String, u64)>>>);
+    impl Sink for Meta {
+        fn record(&mut self, _: &Activity) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn finish(self: Box<Self>, meta: &TraceMeta) -> std::io::Result<TraceOutput> {
+            *self.0.lock().unwrap() = meta.dropped.clone();
+            Ok(TraceOutput {
+                path: None,
+                events: 0,
+                cycle: meta.cycle,
+            })
+        }
+    }
+    let d2 = dropped.clone();
+    let sinks = Box::new(move |_cycle: u32| -> std::io::Result<Box<dyn Sink>> {
+        Ok(Box::new(Meta(d2.clone())))
+    });
+    let config = SessionConfig {
+        log: Arc::new(|_| {}),
+        ..SessionConfig::default()
+    };
+    let session = Session::start(config, Vec::new(), sinks, None).expect("tests take turns");
+    let huge = "x".repeat(crate::op_args::MAX_ARGS_BYTES + 1);
+    assert_eq!(crate::op_args::intern(&huge), None);
+    session.stop();
+    let dropped = dropped.lock().unwrap();
+    let n = dropped
+        .iter()
+        .find(|(k, _)| k == "op_args")
+        .map(|(_, n)| *n);
+    // Other tests may refuse texts at the same time: at least this one.
+    assert!(n.is_some_and(|n| n >= 1), "{dropped:?}");
+}
+
 /// Keeps each trace's `kinetrace_partial_step` metadata.
 struct PartialSink {
     out: Arc<Mutex<Vec<Option<String>>>>,

@@ -103,6 +103,9 @@ pub(super) struct Live {
     scratch: Vec<Completed>,
     offsets: Vec<usize>,
     pending: Vec<Activity>,
+    /// Records decoded while a window opened (see [`Live::learn_devices`]), handed over by the next
+    /// drain.
+    held: Vec<Activity>,
 }
 
 impl Live {
@@ -133,6 +136,7 @@ impl Live {
             scratch: Vec::new(),
             offsets: Vec::new(),
             pending: Vec::new(),
+            held: Vec::new(),
         }
     }
 
@@ -280,7 +284,24 @@ impl Live {
                 Err(e) => self.kind_errors.push((kind, e)),
             }
         }
+        self.learn_devices();
         Ok(())
+    }
+
+    /// The trace's head, written when the window opens, lists the devices: the first time DEVICE
+    /// is enabled (devices are remembered across windows), the records `cuptiActivityEnableAndDump`
+    /// just wrote for the devices that exist are forced out and decoded now, and whatever else
+    /// those buffers held waits for the next drain. Devices CUDA has not created yet (it
+    /// initialises later) are not known now: the trace lists them at its end instead.
+    fn learn_devices(&mut self) {
+        if !self.decoder.device_properties().is_empty() || !self.enabled.contains(&kinds::DEVICE) {
+            return;
+        }
+        let r = activity::flush_all(self.cupti, sys::CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+        self.ignored.note("cuptiActivityFlushAll", r);
+        let mut held = std::mem::take(&mut self.held);
+        self.drain(&mut |a| held.push(*a));
+        self.held = held;
     }
 
     /// Asks CUPTI (12.5+) not to record the API calls Kineto drops as noise. A release that lacks
@@ -355,6 +376,9 @@ impl Live {
 
     /// Decodes every completed buffer; counts the records of late ones instead.
     pub(super) fn drain(&mut self, emit: &mut dyn FnMut(&Activity)) {
+        for a in self.held.drain(..) {
+            emit(&a);
+        }
         // Reserve buffers are counted as they complete, on CUPTI's thread; the count joins
         // `dropped()` here, on the collector, so a window's drops are what its drains collected.
         self.pool_discarded = POOL.stats().discarded_records;

@@ -11,7 +11,10 @@ pub use kinetrace_test_support::fake::{fake_as, fake_cupti as fake_library};
 pub use kinetrace_test_support::process::{
     in_child, in_child_with_broken_stderr, in_child_within, CHILD_DEADLINE,
 };
-pub use kinetrace_test_support::trace::{events, load_only_trace as load_trace, x};
+pub use kinetrace_test_support::trace::{
+    assert_one_flow_per_gpu_record, events, key_position, load_only_trace as load_trace,
+    only_trace_keys, x,
+};
 pub use kinetrace_test_support::{annotation, trace_session, Log};
 
 /// For tests that ask for markers and count the log's lines: with NVTX injection set, the source

@@ -117,10 +117,7 @@ impl<'de> Visitor<'de> for EventSeed<'_> {
             mem_bytes: args.mem_bytes,
             mem_device: args.mem_device,
             flow_id,
-            input_dims: args
-                .input_dims
-                .as_deref()
-                .and_then(|t| self.strings.intern_dims(t.as_bytes())),
+            op_args: finish(&mut args.kept, self.strings),
         })
     }
 }
@@ -161,19 +158,29 @@ impl Visitor<'_> for InternSeed<'_> {
     }
     #[inline]
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Option<StrId>, E> {
-        Ok(Some(self.0.intern(v)))
+        intern(self.0, v)
     }
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<Option<StrId>, E> {
-        Ok(Some(self.0.intern(itoa::Buffer::new().format(v))))
+        intern(self.0, itoa::Buffer::new().format(v))
     }
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<Option<StrId>, E> {
-        Ok(Some(self.0.intern(itoa::Buffer::new().format(v))))
+        intern(self.0, itoa::Buffer::new().format(v))
     }
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Option<StrId>, E> {
-        Ok(Some(self.0.intern(&v.to_string())))
+        intern(self.0, &v.to_string())
     }
     fn visit_unit<E: de::Error>(self) -> Result<Option<StrId>, E> {
         Ok(None)
+    }
+}
+
+/// Interns `s`; a string that cannot be kept fails the event (the parser words the error from
+/// [`Interner::no_room`]).
+#[inline]
+fn intern<E: de::Error>(strings: &mut Interner, s: &str) -> Result<Option<StrId>, E> {
+    match strings.intern(s) {
+        Ok(id) => Ok(Some(id)),
+        Err(_) => Err(E::custom("out of memory")),
     }
 }
 
@@ -362,8 +369,8 @@ pub(super) struct ArgFields {
     pub(super) total_reserved: Option<i64>,
     pub(super) mem_bytes: Option<i64>,
     pub(super) mem_device: Option<i64>,
-    /// `Input Dims` as compact JSON text (this path is the rare one: an allocation is fine).
-    pub(super) input_dims: Option<String>,
+    /// The kept args' members, as canonical text (`kept.rs`); the serde path only.
+    pub(super) kept: Vec<u8>,
 }
 
 #[derive(Clone, Copy)]
@@ -378,7 +385,8 @@ pub(super) enum ArgKey {
     TotalReserved,
     MemBytes,
     MemDevice,
-    InputDims,
+    /// A key of [`KEPT_ARGS`], by index.
+    Kept(u8),
     Other,
 }
 
@@ -409,8 +417,7 @@ impl Visitor<'_> for ArgKeySeed {
             "Total Reserved" => ArgKey::TotalReserved,
             "Bytes" => ArgKey::MemBytes,
             "Device Id" => ArgKey::MemDevice,
-            "Input Dims" => ArgKey::InputDims,
-            _ => ArgKey::Other,
+            _ => kept_index(v.as_bytes()).map_or(ArgKey::Other, ArgKey::Kept),
         })
     }
 }
@@ -445,9 +452,9 @@ impl<'de> Visitor<'de> for ArgsSeed<'_> {
                 ArgKey::TotalReserved => &mut a.total_reserved,
                 ArgKey::MemBytes => &mut a.mem_bytes,
                 ArgKey::MemDevice => &mut a.mem_device,
-                ArgKey::InputDims => {
-                    let v: serde_json::Value = map.next_value()?;
-                    a.input_dims = Some(v.to_string());
+                ArgKey::Kept(i) => {
+                    open_member(&mut a.kept, i);
+                    map.next_value_seed(CanonSeed(&mut a.kept))?;
                     continue;
                 }
                 ArgKey::Other => {

@@ -44,9 +44,14 @@ const MAX_DEPTH: u32 = 64;
 /// Parses the event object at the start of `data` (which must start at its `{`, or the answer
 /// is [`Fast::Fallback`]). Names are interned into `strings` as they are met, in the same order
 /// serde would intern them, so a fallback after some were interned changes nothing.
-pub(super) fn parse_event(data: &[u8], strings: &mut Interner) -> Fast {
+/// `kept` is the buffer for the event's kept args (`kept.rs`), reused from event to event.
+pub(super) fn parse_event(data: &[u8], strings: &mut Interner, kept: &mut Vec<u8>) -> Fast {
     let mut c = Cur { s: data, i: 0 };
-    match c.event(strings) {
+    if !kept.is_empty() {
+        // What an event that fell back or was cut off left.
+        kept.clear();
+    }
+    match c.event(strings, kept) {
         Ok(ev) => Fast::Done(ev, c.i),
         Err(Stop::More) => Fast::More,
         Err(Stop::Fallback) => Fast::Fallback,
@@ -164,7 +169,9 @@ impl<'a> Cur<'a> {
     }
 
     /// A number at `self.i` (a `-` or a digit), converted as serde_json converts it.
-    #[inline]
+    // Always inlined: `scalar` is the hot caller (every ts, dur, id and numeric arg), and a call
+    // there costs more than the copy `canon` gets.
+    #[inline(always)]
     fn number(&mut self) -> R<Scalar<'a>> {
         let s = self.s;
         let start = self.i;
@@ -455,7 +462,78 @@ impl<'a> Cur<'a> {
         }
     }
 
-    fn event(&mut self, strings: &mut Interner) -> R<TraceEvent> {
+    /// A kept arg's value as canonical text (`kept.rs`): what serde's `CanonSeed` writes for
+    /// the same bytes, or a fallback (an escape or a non-UTF-8 byte in a string, deep nesting).
+    fn canon(&mut self, depth: u32, out: &mut Vec<u8>) -> R<()> {
+        match self.ws()? {
+            b'"' => {
+                self.i += 1;
+                let bytes = self.plain_str()?;
+                std::str::from_utf8(bytes).map_err(|_| Stop::Fallback)?;
+                out.push(b'"');
+                out.extend_from_slice(bytes);
+                out.push(b'"');
+            }
+            b'-' | b'0'..=b'9' => match self.number()? {
+                Scalar::U64(n) => out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes()),
+                Scalar::I64(n) => out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes()),
+                Scalar::F64(v) => write_f64(out, v),
+                _ => return Err(Stop::Fallback),
+            },
+            b'n' => {
+                self.literal(b"null")?;
+                out.extend_from_slice(b"null");
+            }
+            b't' => {
+                self.literal(b"true")?;
+                out.extend_from_slice(b"true");
+            }
+            b'f' => {
+                self.literal(b"false")?;
+                out.extend_from_slice(b"false");
+            }
+            open @ (b'[' | b'{') => {
+                if depth >= MAX_DEPTH {
+                    return Err(Stop::Fallback);
+                }
+                let close = if open == b'[' { b']' } else { b'}' };
+                self.i += 1;
+                out.push(open);
+                if self.ws()? == close {
+                    self.i += 1;
+                    out.push(close);
+                    return Ok(());
+                }
+                loop {
+                    if open == b'{' {
+                        self.ws()?;
+                        let k = self.key()?;
+                        std::str::from_utf8(k).map_err(|_| Stop::Fallback)?;
+                        out.push(b'"');
+                        out.extend_from_slice(k);
+                        out.extend_from_slice(b"\":");
+                    }
+                    self.canon(depth + 1, out)?;
+                    match self.ws()? {
+                        b',' => {
+                            self.i += 1;
+                            out.push(b',');
+                        }
+                        b if b == close => {
+                            self.i += 1;
+                            out.push(close);
+                            return Ok(());
+                        }
+                        _ => return Err(Stop::Fallback),
+                    }
+                }
+            }
+            _ => return Err(Stop::Fallback),
+        }
+        Ok(())
+    }
+
+    fn event(&mut self, strings: &mut Interner, kept: &mut Vec<u8>) -> R<TraceEvent> {
         if self.peek()? != b'{' {
             return Err(Stop::Fallback);
         }
@@ -469,8 +547,6 @@ impl<'a> Cur<'a> {
         let mut dur = None;
         let mut flow_id = None;
         let mut args = ArgFields::default();
-        // Where `args["Input Dims"]`'s text is in `data`, interned once the event is read.
-        let mut dims: Option<(usize, usize)> = None;
         self.members(|c, k| {
             match k {
                 b"ph" => {
@@ -486,7 +562,7 @@ impl<'a> Cur<'a> {
                 b"ts" => ts = c.scalar()?.feed(NumSeed("ts"))?,
                 b"dur" => dur = c.scalar()?.feed(NumSeed("dur"))?,
                 b"id" => flow_id = c.scalar()?.feed(LenientInt { id: true })?,
-                b"args" => c.args(&mut args, &mut dims)?,
+                b"args" => c.args(&mut args, kept)?,
                 _ => {
                     Self::check_other_key(k)?;
                     c.skip_value(1)?;
@@ -501,10 +577,6 @@ impl<'a> Cur<'a> {
             Some(ts) => ts,
             None if ph == Phase::Metadata => RawNum::Int(0),
             None => return Err(Stop::Fallback),
-        };
-        let input_dims = match dims {
-            Some((a, b)) => Some(strings.intern_dims(&self.s[a..b]).ok_or(Stop::Fallback)?),
-            None => None,
         };
         Ok(TraceEvent {
             ph,
@@ -525,7 +597,11 @@ impl<'a> Cur<'a> {
             mem_bytes: args.mem_bytes,
             mem_device: args.mem_device,
             flow_id,
-            input_dims,
+            op_args: if kept.is_empty() {
+                None
+            } else {
+                finish(kept, strings)
+            },
         })
     }
 
@@ -553,18 +629,12 @@ impl<'a> Cur<'a> {
 
     /// `args`: an object's known keys are read, everything else skipped; a non-object is
     /// ignored (after checking it), as `ArgsSeed` does.
-    fn args(&mut self, a: &mut ArgFields, dims: &mut Option<(usize, usize)>) -> R<()> {
+    fn args(&mut self, a: &mut ArgFields, kept: &mut Vec<u8>) -> R<()> {
         if self.ws()? != b'{' {
             return self.skip_value(1);
         }
         self.i += 1;
         self.members(|c, k| {
-            if k == b"Input Dims" {
-                let start = c.i;
-                c.skip_value(2)?;
-                *dims = Some((start, c.i));
-                return Ok(());
-            }
             let slot = match k {
                 b"stream" => &mut a.stream,
                 b"correlation" => &mut a.correlation,
@@ -577,6 +647,10 @@ impl<'a> Cur<'a> {
                 b"Bytes" => &mut a.mem_bytes,
                 b"Device Id" => &mut a.mem_device,
                 _ => {
+                    if let Some(index) = kept_index(k) {
+                        open_member(kept, index);
+                        return c.canon(2, kept);
+                    }
                     Self::check_other_key(k)?;
                     return c.skip_value(2);
                 }
@@ -613,7 +687,7 @@ fn digits_end(s: &[u8], mut i: usize) -> R<usize> {
 /// The end of the run of ASCII digits starting at `i` (which must end inside `s`) and, when the
 /// run has at most 19 digits, their value (else a meaningless number). Eight bytes at a time:
 /// the lengths of numbers vary too much for a byte loop's exit to be predicted.
-#[inline]
+#[inline(always)]
 fn digits(s: &[u8], mut i: usize) -> R<(usize, u64)> {
     let mut value = 0u64;
     while let Some(chunk) = s.get(i..i + 8) {

@@ -190,10 +190,12 @@ pub(super) struct Input<R> {
     pub(super) started: bool,
     /// The inflating pipeline, read instead of `inner` when present.
     pub(super) piped: Option<Piped>,
+    /// The longest value the window may hold ([`ReadOptions::max_value_bytes`]).
+    pub(super) max_value: usize,
 }
 
 impl<R: Read> Input<R> {
-    pub(super) fn new(inner: R) -> Self {
+    pub(super) fn new(inner: R, max_value: usize) -> Self {
         Input {
             inner,
             buf: vec![0; BUF_SIZE],
@@ -203,15 +205,16 @@ impl<R: Read> Input<R> {
             eof: false,
             started: false,
             piped: None,
+            max_value,
         }
     }
 
     /// An input that reads the inflating pipeline's buffers (`inner` is never read).
-    pub(super) fn piped(inner: R, piped: Piped) -> Self {
+    pub(super) fn piped(inner: R, piped: Piped, max_value: usize) -> Self {
         Input {
             buf: Vec::new(),
             piped: Some(piped),
-            ..Input::new(inner)
+            ..Input::new(inner, max_value)
         }
     }
 
@@ -227,18 +230,34 @@ impl<R: Read> Input<R> {
 
     /// Reads more, keeping `buf[pos..end]` (moved to the front). `false` at the end of input.
     #[cold]
-    pub(super) fn fill(&mut self) -> io::Result<bool> {
+    pub(super) fn fill(&mut self) -> Result<bool, Fail> {
         self.fill_some(1)
     }
 
     /// [`Input::fill`], reading until at least `min` new bytes are in (or the window is full,
     /// or the input ends): the fast event path restarts an event after a fill, so it asks for
     /// enough that a reader returning a few bytes at a time does not make that quadratic.
+    ///
+    /// What is kept, `buf[pos..end]`, is always the start of one value that does not end
+    /// before its last byte (whitespace is consumed before a fill), so once it is past
+    /// [`Input::max_value`] bytes the value is too long: [`Fail::TooLarge`], at the value's
+    /// first byte. The window never grows past the limit plus one read, and grows with
+    /// `try_reserve` (an allocation that fails is [`Fail::NoMemory`], not an abort).
     #[cold]
-    pub(super) fn fill_some(&mut self, min: usize) -> io::Result<bool> {
+    pub(super) fn fill_some(&mut self, min: usize) -> Result<bool, Fail> {
         if self.eof {
             return Ok(false);
         }
+        let before = self.end - self.pos;
+        if before > self.max_value {
+            return Err(Fail::TooLarge {
+                at: self.offset(),
+                limit: self.max_value,
+            });
+        }
+        // Never more than the value may hold, and one byte to see that it goes on (or where a
+        // bare number ends).
+        let min = min.min((self.max_value - before).saturating_add(1));
         if self.piped.is_some() {
             return self.fill_piped(min);
         }
@@ -249,7 +268,14 @@ impl<R: Read> Input<R> {
             self.pos = 0;
         }
         if self.end == self.buf.len() {
-            self.buf.resize(self.buf.len() * 2, 0);
+            // Here `end` is at most the limit (checked above), so the window grows.
+            let len = self.buf.len();
+            let grown = len
+                .saturating_mul(2)
+                .min(self.max_value.saturating_add(1))
+                .max(len + 1);
+            self.grow(grown)?;
+            self.buf.resize(grown, 0);
         }
         // The first fill takes at least 3 bytes (or all there is) to see a BOM.
         let want =
@@ -263,11 +289,17 @@ impl<R: Read> Input<R> {
                 }
                 Ok(n) => self.end += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
         }
         self.skip_bom();
         Ok(self.end > before)
+    }
+
+    /// Makes room for `len` bytes in the window (not filled); see [`grow`].
+    fn grow(&mut self, len: usize) -> Result<(), Fail> {
+        let at = self.offset();
+        grow(&mut self.buf, len, self.max_value, at)
     }
 
     /// On the first data: skips a UTF-8 byte-order mark (still counted in offsets).
@@ -284,11 +316,11 @@ impl<R: Read> Input<R> {
     /// the unparsed rest of the current one moved into its head; a rest longer than the head (a
     /// value longer than [`PIPE_HEAD`]) stays and the new data is appended to it instead.
     #[cold]
-    fn fill_piped(&mut self, min: usize) -> io::Result<bool> {
+    fn fill_piped(&mut self, min: usize) -> Result<bool, Fail> {
         let before = self.end - self.pos;
         // As in `fill_some`: the first fill takes at least 3 bytes (or all there is). `min` is
-        // not capped: the fast path asks for as much again as is buffered, so that an event
-        // much longer than a buffer is restarted a logarithmic number of times.
+        // only capped by the limit: the fast path asks for as much again as is buffered, so
+        // that an event much longer than a buffer is restarted a logarithmic number of times.
         let want = if self.started { before + 1 } else { 3 }.max(before + min);
         while self.end - self.pos < want {
             let keep = self.end - self.pos;
@@ -314,6 +346,7 @@ impl<R: Read> Input<R> {
                 }
                 let n = end - PIPE_HEAD;
                 if self.buf.len() < keep + n {
+                    grow(&mut self.buf, keep + n, self.max_value, offset)?;
                     self.buf.resize(keep + n, 0);
                 }
                 self.buf[keep..keep + n].copy_from_slice(&next[PIPE_HEAD..end]);
@@ -327,14 +360,26 @@ impl<R: Read> Input<R> {
 
     /// Skips JSON whitespace; the next byte, or `None` at the end of input.
     #[inline]
-    pub(super) fn skip_ws(&mut self) -> io::Result<Option<u8>> {
+    pub(super) fn skip_ws(&mut self) -> Result<Option<u8>, Fail> {
         loop {
-            while self.pos < self.end {
+            // Between tokens there are a few bytes of whitespace: one at a time, at most 32.
+            let stop = self.end.min(self.pos + 32);
+            while self.pos < stop {
                 let b = self.buf[self.pos];
                 if !matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
                     return Ok(Some(b));
                 }
                 self.pos += 1;
+            }
+            if self.pos < self.end {
+                // A long run (padding, a whitespace bomb): spaces eight at a time.
+                while let Some(w) = self.buf[self.pos..self.end].first_chunk::<8>() {
+                    if u64::from_ne_bytes(*w) != u64::from_ne_bytes([b' '; 8]) {
+                        break;
+                    }
+                    self.pos += 8;
+                }
+                continue;
             }
             if !self.fill()? {
                 return Ok(None);
@@ -343,17 +388,42 @@ impl<R: Read> Input<R> {
     }
 
     /// The length of the JSON value starting at `buf[pos]` (not whitespace), reading more as
-    /// needed; `None` when the input ends inside it. Only structure is checked here.
+    /// needed; `None` when the input ends inside it. Only structure is checked here. A value
+    /// longer than the limit is [`Fail::TooLarge`].
     #[inline]
-    pub(super) fn value_len(&mut self) -> io::Result<Option<usize>> {
+    pub(super) fn value_len(&mut self) -> Result<Option<usize>, Fail> {
         let mut scan = Scan::new(self.buf[self.pos]);
-        loop {
+        let len = loop {
             if let Some(len) = scan.advance(&self.buf[self.pos..self.end]) {
-                return Ok(Some(len));
+                break Some(len);
             }
             if !self.fill()? {
-                return Ok(scan.ends_at_eof().then_some(self.end - self.pos));
+                break scan.ends_at_eof().then_some(self.end - self.pos);
             }
+        };
+        if let Some(len) = len {
+            self.check_len(len)?;
+        }
+        Ok(len)
+    }
+
+    /// [`Fail::TooLarge`] when a value of `len` bytes at `buf[pos]` is over the limit (one that
+    /// happened to fit in the window is refused as one that did not).
+    #[inline]
+    pub(super) fn check_len(&self, len: usize) -> Result<(), Fail> {
+        if len > self.max_value {
+            return Err(self.too_large());
+        }
+        Ok(())
+    }
+
+    /// [`Fail::TooLarge`] for the value at `buf[pos]`.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn too_large(&self) -> Fail {
+        Fail::TooLarge {
+            at: self.offset(),
+            limit: self.max_value,
         }
     }
 
@@ -396,6 +466,23 @@ impl<R: Read> Input<R> {
         };
         Fail::Syntax { at, message }
     }
+}
+
+/// Makes room for `len` bytes in a window whose values may be `max_value` long, with
+/// `try_reserve`: amortised growth, but never past the limit plus one read. `at` is the offset
+/// of the value being read, for the error.
+fn grow(buf: &mut Vec<u8>, len: usize, max_value: usize, at: u64) -> Result<(), Fail> {
+    if buf.capacity() >= len {
+        return Ok(());
+    }
+    let ceiling = max_value.saturating_add(PIPE_HEAD + BUF_SIZE);
+    let target = buf.capacity().saturating_mul(2).min(ceiling).max(len);
+    buf.try_reserve_exact(target - buf.len())
+        .map_err(|_| Fail::NoMemory {
+            at,
+            bytes: target,
+            what: "the read window",
+        })
 }
 
 /// Where a JSON value ends: a resumable scan over bytes that tracks strings (with escapes) and
@@ -467,7 +554,12 @@ impl Scan {
         }
         loop {
             if self.in_string {
-                let k = find_quote_or_backslash(&data[self.len..])?;
+                let Some(k) = find_quote_or_backslash(&data[self.len..]) else {
+                    // Resume after what was scanned: rescanning the string from its start on
+                    // every fill made a long string quadratic.
+                    self.len = data.len();
+                    return None;
+                };
                 let i = self.len + k;
                 if data[i] == b'\\' {
                     if i + 1 >= data.len() {
@@ -542,6 +634,7 @@ impl Visitor<'_> for Expect {
 }
 
 /// A parse failure, turned into a [`ReadError`] by [`Parser::error`].
+#[derive(Debug)]
 pub(super) enum Fail {
     /// Reading or decompressing failed.
     Io(io::Error),
@@ -551,6 +644,14 @@ pub(super) enum Fail {
     NoJson,
     /// Anything else, at an offset.
     Syntax { at: u64, message: String },
+    /// A value longer than the limit starts at `at`.
+    TooLarge { at: u64, limit: usize },
+    /// Memory for `what` (`bytes` in all) could not be allocated while reading the value at `at`.
+    NoMemory {
+        at: u64,
+        bytes: usize,
+        what: &'static str,
+    },
 }
 
 impl From<io::Error> for Fail {

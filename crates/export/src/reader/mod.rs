@@ -25,8 +25,9 @@
 //!   the only per-event allocations are new distinct strings and string pids/tids (span rows).
 //! - Memory is the event vector plus the interned strings and a 256 KiB read window (320 KiB
 //!   pipe buffers when inflating on a second thread; grown only for a single value bigger than
-//!   that), not the file or a DOM. [`for_each_event`]
-//!   does not even keep the events.
+//!   that, and never past [`ReadOptions::max_value_bytes`]), not the file or a DOM.
+//!   [`for_each_event`] does not even keep the events; [`ReadOptions::for_each_raw_event`] hands
+//!   each event's text to a caller that needs more of it than [`TraceEvent`] holds.
 //! - Top-level keys other than `traceEvents` are kept as compact JSON text in
 //!   [`Trace::metadata`] (re-serialised in their original key order; these few use small
 //!   allocations).
@@ -53,12 +54,23 @@
 //! event without `ph`, without `name`, or (except `M`) without `ts`.
 //!
 //! Errors ([`ReadError`]) name the file and the byte offset in the decompressed JSON.
+//!
+//! # Limits (hostile input)
+//!
+//! A value longer than [`ReadOptions::max_value_bytes`] (64 MiB by default) is a [`ReadError`] at
+//! the value's first byte, whichever path reads it (the fast scanner, serde_json, a top-level key
+//! or value); whitespace between values is skipped without being kept; a long value is scanned
+//! once however many reads it arrives in; the read window, the interned names and the events
+//! [`read_trace`] keeps grow with `try_reserve`, so running out of memory is a [`ReadError`] too,
+//! never an abort (a top-level value's kept text is at most about the limit). HTA's rank search
+//! ([`rank_like_hta`]) streams and holds no line. So a gzip bomb costs at most about four times
+//! the limit plus what is kept, and time linear in its inflated size.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::io::{self, BufRead, BufReader, Read};
+use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
@@ -204,9 +216,14 @@ pub struct TraceEvent {
     pub mem_device: Option<i64>,
     /// `id` of flow events.
     pub flow_id: Option<i64>,
-    /// `args["Input Dims"]` (ops recorded with shapes), interned as canonical JSON text
-    /// (`[[64, 16], [16]]`: one space after each comma, no other whitespace).
-    pub input_dims: Option<StrId>,
+    /// The args that say what an op computed, as one compact JSON object (members in file order),
+    /// interned: an op's `Input Dims`, `Input type`, `Input Strides` and `Concrete Inputs`, and a
+    /// collective's `Collective name`, `In msg nelems`, `Out msg nelems`, `In split size`,
+    /// `Out split size`, `Group size`, `dtype`, `Process Group Name`, `Process Group
+    /// Description`, `Process Group Ranks`, `Process Group ID`, `Global rank start` and `Global
+    /// rank stride`. `None` when the event has none of them. Calls with equal inputs share one
+    /// string. Whitespace is dropped; strings and numbers are written as serde_json writes them.
+    pub op_args: Option<StrId>,
 }
 
 impl TraceEvent {
@@ -244,7 +261,7 @@ pub struct Trace {
     pub world_size: Option<i64>,
     /// `baseTimeNanoseconds`, when present (then `ts` values are relative to it).
     pub base_time_ns: Option<i64>,
-    /// Interned strings for `cat` and `name`.
+    /// Interned strings: `cat`, `name` and [`TraceEvent::op_args`].
     pub strings: Vec<Box<str>>,
     /// Events in file order.
     pub events: Vec<TraceEvent>,
@@ -310,23 +327,217 @@ impl fmt::Display for ReadError {
 
 impl std::error::Error for ReadError {}
 
+/// The default of [`ReadOptions::max_value_bytes`]: 64 MiB.
+pub const DEFAULT_MAX_VALUE_BYTES: usize = 64 << 20;
+
+/// How traces are read: the reader's limits. The free functions ([`read_trace`],
+/// [`for_each_event`], …) read with [`ReadOptions::default`].
+///
+/// Memory is bounded whatever the input: the read window holds one value at a time, so a value
+/// longer than [`ReadOptions::max_value_bytes`] is a [`ReadError`] at the value's offset instead
+/// of a window that grows with it (a gzip bomb holding a 4 GiB string, say). Whitespace between
+/// values is skipped without being kept, however much of it there is. What grows with the input
+/// is only what is kept: the events, the distinct names, the top-level values; the window, the
+/// names and the kept events grow with `try_reserve`, so running out of memory is a [`ReadError`]
+/// too, never an abort. Peak
+/// memory is about four times the limit (the window, serde_json's scratch buffer for a string
+/// with escapes, and a kept name's two copies) plus what is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// The longest single JSON value held whole, in bytes (of the decompressed JSON): one
+    /// element of `traceEvents`, or one top-level key or value (`traceEvents` itself is never
+    /// held whole). Default [`DEFAULT_MAX_VALUE_BYTES`]; the largest event of the real traces
+    /// in the test suite is under 100 KB.
+    pub max_value_bytes: usize,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
+        }
+    }
+}
+
+impl ReadOptions {
+    /// [`read_trace`] with these options.
+    pub fn read_trace(&self, path: &Path) -> Result<Trace, ReadError> {
+        let file = open(path)?;
+        let mut events = Vec::new();
+        let mut trace = self.pipelined(path, file, Decoded(keep_into(&mut events), Vec::new()))?;
+        trace.events = events;
+        Ok(trace)
+    }
+
+    /// [`read_trace_from_reader`] with these options.
+    pub fn read_trace_from_reader<R: Read>(
+        &self,
+        path: &Path,
+        reader: R,
+    ) -> Result<Trace, ReadError> {
+        let mut events = Vec::new();
+        let mut trace = self.inline(path, reader, Decoded(keep_into(&mut events), Vec::new()))?;
+        trace.events = events;
+        Ok(trace)
+    }
+
+    /// [`for_each_event`] with these options.
+    pub fn for_each_event<F>(&self, path: &Path, on_event: F) -> Result<Trace, ReadError>
+    where
+        F: FnMut(TraceEvent, &[Box<str>]),
+    {
+        let file = open(path)?;
+        self.for_each_event_pipelined(path, file, on_event)
+    }
+
+    /// [`for_each_event_from_reader`] with these options.
+    pub fn for_each_event_from_reader<R, F>(
+        &self,
+        path: &Path,
+        reader: R,
+        mut on_event: F,
+    ) -> Result<Trace, ReadError>
+    where
+        R: Read,
+        F: FnMut(TraceEvent, &[Box<str>]),
+    {
+        let events = Decoded(
+            move |event, strings: &[Box<str>]| {
+                on_event(event, strings);
+                Ok(())
+            },
+            Vec::new(),
+        );
+        self.inline(path, reader, events)
+    }
+
+    /// [`for_each_event_pipelined`] with these options.
+    pub fn for_each_event_pipelined<R, F>(
+        &self,
+        path: &Path,
+        reader: R,
+        mut on_event: F,
+    ) -> Result<Trace, ReadError>
+    where
+        R: Read + Send,
+        F: FnMut(TraceEvent, &[Box<str>]),
+    {
+        let events = Decoded(
+            move |event, strings: &[Box<str>]| {
+                on_event(event, strings);
+                Ok(())
+            },
+            Vec::new(),
+        );
+        self.pipelined(path, reader, events)
+    }
+
+    /// Streams each element of `traceEvents` to `on_event` as its JSON text, for readers that
+    /// need more of an event than [`TraceEvent`] holds (the Perfetto converter keeps every
+    /// `arg`). The input is read as everywhere else (gzip by magic bytes, concatenated members,
+    /// inflated on a second thread, this value limit); the text is a complete JSON value whose
+    /// structure was checked, not its grammar: `on_event` parses it, and an error it returns
+    /// ends the read as a [`ReadError`] at that position. Returns the rest of the trace, with
+    /// [`Trace::events`] and [`Trace::strings`] empty.
+    pub fn for_each_raw_event<R, F>(
+        &self,
+        path: &Path,
+        reader: R,
+        on_event: F,
+    ) -> Result<Trace, ReadError>
+    where
+        R: Read + Send,
+        F: FnMut(&[u8]) -> Result<(), serde_json::Error>,
+    {
+        self.pipelined(path, reader, Raw(on_event))
+    }
+
+    /// Parses on the calling thread only.
+    fn inline<R: Read, E: Events>(
+        &self,
+        path: &Path,
+        reader: R,
+        events: E,
+    ) -> Result<Trace, ReadError> {
+        let (source, gzip) = match decoded_stream(reader) {
+            Ok(Some(s)) => s,
+            Ok(None) => return Err(empty(path)),
+            Err(e) => return Err(unreadable(path, e)),
+        };
+        let input = Input::new(source, self.max_value_bytes);
+        parse_source(path, input, gzip, events)
+    }
+
+    /// Inflates gzip on a second thread while this one parses (see [`for_each_event_pipelined`]).
+    fn pipelined<R: Read + Send, E: Events>(
+        &self,
+        path: &Path,
+        reader: R,
+        events: E,
+    ) -> Result<Trace, ReadError> {
+        let (src, gzip) = match sniff(reader) {
+            Ok(Some(s)) => s,
+            Ok(None) => return Err(empty(path)),
+            Err(e) => return Err(unreadable(path, e)),
+        };
+        let limit = self.max_value_bytes;
+        if !gzip {
+            return parse_source(path, Input::new(Box::new(src), limit), false, events);
+        }
+        let decoder = MultiGzDecoder::new(BufReader::with_capacity(BUF_SIZE, src));
+        std::thread::scope(|scope| {
+            // The decoder goes over a channel so that it is still here if the thread cannot
+            // start.
+            let (give, take) = sync_channel(1);
+            let (piped, inflater) = pipeline();
+            let started = std::thread::Builder::new()
+                .name("kinetrace-inflate".into())
+                .spawn_scoped(scope, move || {
+                    if let Ok(decoder) = take.recv() {
+                        inflater.run(decoder);
+                    }
+                });
+            match started {
+                Ok(_) => {
+                    // The thread holds the receiver until it takes the decoder.
+                    let _ = give.send(decoder);
+                    // `piped` is dropped when parsing ends, which stops the thread; the scope
+                    // then joins it.
+                    let input = Input::piped(Box::new(io::empty()) as Source<'_>, piped, limit);
+                    parse_source(path, input, true, events)
+                }
+                Err(_) => parse_source(path, Input::new(Box::new(decoder), limit), true, events),
+            }
+        })
+    }
+}
+
+/// A callback that keeps the events in `events`, growing it with `try_reserve`.
+fn keep_into(
+    events: &mut Vec<TraceEvent>,
+) -> impl FnMut(TraceEvent, &[Box<str>]) -> Result<(), NoRoom> + '_ {
+    |event, _| {
+        if events.len() == events.capacity() && events.try_reserve(1).is_err() {
+            return Err(NoRoom {
+                bytes: (events.len() + 1).saturating_mul(std::mem::size_of::<TraceEvent>()),
+                what: "the events",
+            });
+        }
+        events.push(event);
+        Ok(())
+    }
+}
+
 /// Reads one trace file, plain or gzip (by magic bytes, not extension). Gzip is inflated on a
-/// second thread while this one parses.
+/// second thread while this one parses. Limits: [`ReadOptions::default`].
 pub fn read_trace(path: &Path) -> Result<Trace, ReadError> {
-    let file = open(path)?;
-    let mut events = Vec::new();
-    let mut trace = for_each_event_pipelined(path, file, |event, _| events.push(event))?;
-    trace.events = events;
-    Ok(trace)
+    ReadOptions::default().read_trace(path)
 }
 
 /// Reads a trace from any byte stream, plain or gzip (by magic bytes); `path` is only used in
 /// [`Trace::path`] and error messages.
 pub fn read_trace_from_reader<R: Read>(path: &Path, reader: R) -> Result<Trace, ReadError> {
-    let mut events = Vec::new();
-    let mut trace = for_each_event_from_reader(path, reader, |event, _| events.push(event))?;
-    trace.events = events;
-    Ok(trace)
+    ReadOptions::default().read_trace_from_reader(path, reader)
 }
 
 /// Streams the events of a trace file to `on_event` in file order, without keeping them.
@@ -340,8 +551,7 @@ pub fn for_each_event<F>(path: &Path, on_event: F) -> Result<Trace, ReadError>
 where
     F: FnMut(TraceEvent, &[Box<str>]),
 {
-    let file = open(path)?;
-    for_each_event_pipelined(path, file, on_event)
+    ReadOptions::default().for_each_event(path, on_event)
 }
 
 /// [`for_each_event`] over any byte stream, plain or gzip (by magic bytes), on the calling
@@ -355,17 +565,12 @@ where
     R: Read,
     F: FnMut(TraceEvent, &[Box<str>]),
 {
-    let (source, gzip) = match decoded_stream(reader) {
-        Ok(Some(s)) => s,
-        Ok(None) => return Err(empty(path)),
-        Err(e) => return Err(unreadable(path, e)),
-    };
-    parse_source(path, Input::new(source), gzip, on_event)
+    ReadOptions::default().for_each_event_from_reader(path, reader, on_event)
 }
 
 /// [`for_each_event_from_reader`], but a gzip stream is inflated on a second (scoped) thread
 /// while the calling thread parses: inflating is most of the time of reading a gzip trace, and
-/// the two overlap. The threads pass a few fixed 256 KiB buffers back and forth (nothing is
+/// the two overlap. The threads pass a few fixed 320 KiB buffers back and forth (nothing is
 /// allocated per event or per buffer). Plain JSON is parsed on the calling thread. If the
 /// thread cannot be started, the stream is inflated inline.
 pub fn for_each_event_pipelined<R, F>(
@@ -377,38 +582,7 @@ where
     R: Read + Send,
     F: FnMut(TraceEvent, &[Box<str>]),
 {
-    let (src, gzip) = match sniff(reader) {
-        Ok(Some(s)) => s,
-        Ok(None) => return Err(empty(path)),
-        Err(e) => return Err(unreadable(path, e)),
-    };
-    if !gzip {
-        return parse_source(path, Input::new(Box::new(src)), false, on_event);
-    }
-    let decoder = MultiGzDecoder::new(BufReader::with_capacity(BUF_SIZE, src));
-    std::thread::scope(|scope| {
-        // The decoder goes over a channel so that it is still here if the thread cannot start.
-        let (give, take) = sync_channel(1);
-        let (piped, inflater) = pipeline();
-        let started = std::thread::Builder::new()
-            .name("kinetrace-inflate".into())
-            .spawn_scoped(scope, move || {
-                if let Ok(decoder) = take.recv() {
-                    inflater.run(decoder);
-                }
-            });
-        match started {
-            Ok(_) => {
-                // The thread holds the receiver until it takes the decoder.
-                let _ = give.send(decoder);
-                // `piped` is dropped when parsing ends, which stops the thread; the scope then
-                // joins it.
-                let input = Input::piped(Box::new(io::empty()) as Source<'_>, piped);
-                parse_source(path, input, true, on_event)
-            }
-            Err(_) => parse_source(path, Input::new(Box::new(decoder)), true, on_event),
-        }
-    })
+    ReadOptions::default().for_each_event_pipelined(path, reader, on_event)
 }
 
 fn empty(path: &Path) -> ReadError {
@@ -427,19 +601,16 @@ fn unreadable(path: &Path, e: io::Error) -> ReadError {
     }
 }
 
-fn parse_source<F>(
+fn parse_source<E: Events>(
     path: &Path,
     input: Input<Source<'_>>,
     gzip: bool,
-    on_event: F,
-) -> Result<Trace, ReadError>
-where
-    F: FnMut(TraceEvent, &[Box<str>]),
-{
+    events: E,
+) -> Result<Trace, ReadError> {
     let mut parser = Parser {
         input,
         strings: Interner::default(),
-        on_event,
+        events,
         index: 0,
         in_events: false,
     };
@@ -468,12 +639,14 @@ fn open(path: &Path) -> Result<File, ReadError> {
 mod event;
 mod fast;
 mod input;
+mod kept;
 mod parse;
 mod rank;
 
 use event::*;
 use fast::*;
 use input::*;
+use kept::*;
 use parse::*;
 pub use rank::{rank_like_hta, rank_like_hta_from_reader};
 

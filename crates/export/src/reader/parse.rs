@@ -51,6 +51,11 @@ impl Hasher for FxHasher {
     }
 }
 
+/// The distinct `cat`/`name` strings of a trace, numbered in order of first appearance.
+///
+/// Each string is at most one value long (the reader's limit); every allocation is made with
+/// `try_reserve`, so running out of memory is an error of the read ([`Interner::no_room`]),
+/// not an abort.
 #[derive(Default)]
 pub(super) struct Interner {
     /// Keyed by bytes so that the fast path can look a name up before validating it.
@@ -59,8 +64,25 @@ pub(super) struct Interner {
     /// Ids (+1; 0 is empty) of recently interned strings by [`quick_hash`]: a trace repeats a
     /// few hundred names, and this finds most of them without hashing a long kernel name whole.
     pub(super) recent: Vec<u32>,
-    /// Reused for the canonical text of an `Input Dims` value before it is interned.
-    pub(super) scratch: Vec<u8>,
+    /// Set when the last string to intern could not be kept: the bytes that were asked for.
+    pub(super) no_room: Option<usize>,
+}
+
+/// Memory that could not be had for something the reader keeps.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct NoRoom {
+    /// Bytes asked for.
+    pub(super) bytes: usize,
+    /// What they were for.
+    pub(super) what: &'static str,
+}
+
+/// A copy of `bytes` made with `try_reserve` (`None` when the allocation fails).
+fn try_boxed(bytes: &[u8]) -> Option<Box<[u8]>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(bytes.len()).ok()?;
+    v.extend_from_slice(bytes);
+    Some(v.into_boxed_slice())
 }
 
 /// Slots in [`Interner::recent`] (a power of two).
@@ -84,27 +106,20 @@ fn quick_hash(b: &[u8]) -> usize {
 }
 
 impl Interner {
-    /// Interns `raw`, the JSON text of an `Input Dims` value, in its canonical form (see
-    /// [`canonical_list`]).
-    pub(super) fn intern_dims(&mut self, raw: &[u8]) -> Option<StrId> {
-        let mut out = std::mem::take(&mut self.scratch);
-        canonical_list(raw, &mut out);
-        let id = self.intern_bytes(&out);
-        self.scratch = out;
-        id
-    }
-
+    /// The id of `s`, interning it when new; `Err` when it could not be kept (out of memory).
     #[inline]
-    pub(super) fn intern(&mut self, s: &str) -> StrId {
+    pub(super) fn intern(&mut self, s: &str) -> Result<StrId, NoRoom> {
         if let Some(&id) = self.map.get(s.as_bytes()) {
-            return StrId(id);
+            return Ok(StrId(id));
         }
         self.insert(s)
     }
 
     /// Interns the text of `bytes`; `None` when they are not UTF-8 or hold a control character
-    /// (which a JSON string cannot). Strings already interned were checked, so only a new one is.
-    #[inline]
+    /// (which a JSON string cannot), or could not be kept (then the serde path, which interns it
+    /// again, reports it). Strings already interned were checked, so only a new one is.
+    // Always inlined: every `cat` and `name` comes through here (the kept args rarely do).
+    #[inline(always)]
     pub(super) fn intern_bytes(&mut self, bytes: &[u8]) -> Option<StrId> {
         let slot = quick_hash(bytes) & (RECENT - 1);
         if let Some(&id) = self.recent.get(slot) {
@@ -118,22 +133,44 @@ impl Interner {
                 if bytes.iter().any(|&b| b < 0x20) {
                     return None;
                 }
-                self.insert(std::str::from_utf8(bytes).ok()?)
+                self.insert(std::str::from_utf8(bytes).ok()?).ok()?
             }
         };
         if self.recent.is_empty() {
-            self.recent = vec![0; RECENT];
+            let mut recent = Vec::new();
+            recent.try_reserve_exact(RECENT).ok()?;
+            recent.resize(RECENT, 0);
+            self.recent = recent;
         }
         self.recent[slot] = id.0 + 1;
         Some(id)
     }
 
     #[cold]
-    fn insert(&mut self, s: &str) -> StrId {
-        let id = self.strings.len() as u32;
-        self.strings.push(s.into());
-        self.map.insert(s.as_bytes().into(), id);
-        StrId(id)
+    fn insert(&mut self, s: &str) -> Result<StrId, NoRoom> {
+        let no_room = |bytes| NoRoom {
+            bytes,
+            what: "an interned name",
+        };
+        let id = u32::try_from(self.strings.len()).map_err(|_| no_room(s.len()))?;
+        let kept = (|| {
+            self.strings.try_reserve(1).ok()?;
+            self.map.try_reserve(1).ok()?;
+            let mut text = String::new();
+            text.try_reserve_exact(s.len()).ok()?;
+            text.push_str(s);
+            let key = try_boxed(s.as_bytes())?;
+            Some((text.into_boxed_str(), key))
+        })();
+        let Some((text, key)) = kept else {
+            self.no_room = Some(s.len());
+            return Err(no_room(s.len()));
+        };
+        // A failure the fast path met and the serde path then overcame is no longer the story.
+        self.no_room = None;
+        self.strings.push(text);
+        self.map.insert(key, id);
+        Ok(StrId(id))
     }
 }
 
@@ -143,11 +180,81 @@ impl Interner {
 /// Bytes the fast path asks for when an event runs past the buffered data.
 const FAST_REFILL: usize = 16 * 1024;
 
+/// What the parser does with each element of `traceEvents`.
+pub(super) trait Events {
+    /// Reads the event at `input.buf[input.pos]` (not whitespace) and moves past it.
+    fn next<R: Read>(&mut self, input: &mut Input<R>, strings: &mut Interner) -> Result<(), Fail>;
+}
+
+/// Each event decoded into a [`TraceEvent`] and handed to the callback with the strings so far;
+/// the callback answers `Err` when it cannot keep the event (out of memory). The `Vec` is the fast
+/// path's buffer for an event's kept args (`kept.rs`), reused so that nothing is allocated per
+/// event.
+pub(super) struct Decoded<F>(pub(super) F, pub(super) Vec<u8>);
+
+impl<F> Events for Decoded<F>
+where
+    F: FnMut(TraceEvent, &[Box<str>]) -> Result<(), NoRoom>,
+{
+    #[inline(always)]
+    fn next<R: Read>(&mut self, input: &mut Input<R>, strings: &mut Interner) -> Result<(), Fail> {
+        let at = input.offset();
+        let event = decode_event(input, strings, &mut self.1)?;
+        (self.0)(event, &strings.strings).map_err(|NoRoom { bytes, what }| Fail::NoMemory {
+            at,
+            bytes,
+            what,
+        })
+    }
+}
+
+/// Each event handed to the callback as its JSON text (a complete value, only its structure
+/// checked); a serde_json error the callback returns becomes the read's error, at its offset.
+pub(super) struct Raw<F>(pub(super) F);
+
+impl<F> Events for Raw<F>
+where
+    F: FnMut(&[u8]) -> Result<(), serde_json::Error>,
+{
+    fn next<R: Read>(&mut self, input: &mut Input<R>, _: &mut Interner) -> Result<(), Fail> {
+        let Some(len) = input.value_len()? else {
+            return Err(Fail::Truncated);
+        };
+        let slice = &input.buf[input.pos..input.pos + len];
+        (self.0)(slice).map_err(|e| Fail::json(slice, input.offset(), e))?;
+        input.pos += len;
+        Ok(())
+    }
+}
+
+/// The event at `buf[pos]`: the fast path when it can, else serde_json on the slice.
+#[inline(always)]
+fn decode_event<R: Read>(
+    input: &mut Input<R>,
+    strings: &mut Interner,
+    kept: &mut Vec<u8>,
+) -> Result<TraceEvent, Fail> {
+    loop {
+        match parse_event(&input.buf[input.pos..input.end], strings, kept) {
+            Fast::Done(event, len) => {
+                input.check_len(len)?;
+                input.pos += len;
+                return Ok(event);
+            }
+            // Asking for at least as much again as is buffered keeps a huge event linear.
+            // At the end of the input serde_json reports the truncation.
+            Fast::More if input.fill_some(FAST_REFILL.max(input.end - input.pos))? => {}
+            Fast::More | Fast::Fallback => break,
+        }
+    }
+    input.parse_value(EventSeed { strings })
+}
+
 /// The top-level object: keys, the `traceEvents` array and the other values.
-pub(super) struct Parser<R, F> {
+pub(super) struct Parser<R, E> {
     pub(super) input: Input<R>,
     pub(super) strings: Interner,
-    pub(super) on_event: F,
+    pub(super) events: E,
     /// Index of the event being parsed.
     pub(super) index: u64,
     /// Whether the parser is inside the `traceEvents` array.
@@ -162,7 +269,7 @@ pub(super) struct Header {
     pub(super) metadata: Vec<(String, String)>,
 }
 
-impl<R: Read, F: FnMut(TraceEvent, &[Box<str>])> Parser<R, F> {
+impl<R: Read, E: Events> Parser<R, E> {
     pub(super) fn run(&mut self) -> Result<Header, Fail> {
         match self.input.skip_ws()? {
             None => return Err(Fail::NoJson),
@@ -284,31 +391,9 @@ impl<R: Read, F: FnMut(TraceEvent, &[Box<str>])> Parser<R, F> {
                 }
             }
             first = false;
-            let event = self.event()?;
-            (self.on_event)(event, &self.strings.strings);
+            self.events.next(&mut self.input, &mut self.strings)?;
             self.index += 1;
         }
-    }
-
-    /// The event at `buf[pos]`: the fast path when it can, else serde_json on the slice.
-    #[inline]
-    fn event(&mut self) -> Result<TraceEvent, Fail> {
-        loop {
-            let input = &mut self.input;
-            match parse_event(&input.buf[input.pos..input.end], &mut self.strings) {
-                Fast::Done(event, len) => {
-                    input.pos += len;
-                    return Ok(event);
-                }
-                // Asking for at least as much again as is buffered keeps a huge event linear.
-                // At the end of the input serde_json reports the truncation.
-                Fast::More if input.fill_some(FAST_REFILL.max(input.end - input.pos))? => {}
-                Fast::More | Fast::Fallback => break,
-            }
-        }
-        self.input.parse_value(EventSeed {
-            strings: &mut self.strings,
-        })
     }
 
     /// The next non-whitespace byte, which must exist.
@@ -348,7 +433,23 @@ impl<R: Read, F: FnMut(TraceEvent, &[Box<str>])> Parser<R, F> {
                 self.input.offset_end(),
                 "no JSON data: the (decompressed) input is empty or only whitespace".to_owned(),
             ),
+            // A string the interner could not keep fails inside serde_json, which words it as
+            // bad data: say what it was.
+            Fail::Syntax { at, .. } if self.strings.no_room.is_some() => (
+                at,
+                no_memory_message(self.strings.no_room.unwrap_or(0), "an interned name"),
+            ),
             Fail::Syntax { at, message } => (at, message),
+            Fail::TooLarge { at, limit } => (
+                at,
+                format!(
+                    "a single JSON value (one trace event, or a top-level value) here is longer \
+                     than the reader's limit of {}: refused rather than read into memory; if \
+                     the trace is genuine, raise the limit (kinetrace: --max-value-size)",
+                    size_text(limit)
+                ),
+            ),
+            Fail::NoMemory { at, bytes, what } => (at, no_memory_message(bytes, what)),
         };
         if self.in_events {
             message.push_str(&format!(" (in traceEvents[{}])", self.index));
@@ -358,6 +459,27 @@ impl<R: Read, F: FnMut(TraceEvent, &[Box<str>])> Parser<R, F> {
             offset: Some(offset),
             message,
         }
+    }
+}
+
+fn no_memory_message(bytes: usize, what: &str) -> String {
+    format!(
+        "out of memory: {} for {what} could not be allocated while reading the value here",
+        size_text(bytes)
+    )
+}
+
+/// `n` bytes in words: `64 MiB`, `1 KiB`, else `1000 bytes`.
+pub(super) fn size_text(n: usize) -> String {
+    const KIB: usize = 1 << 10;
+    const MIB: usize = 1 << 20;
+    const GIB: usize = 1 << 30;
+    match n {
+        0 => "0 bytes".into(),
+        n if n % GIB == 0 => format!("{} GiB", n / GIB),
+        n if n % MIB == 0 => format!("{} MiB", n / MIB),
+        n if n % KIB == 0 => format!("{} KiB", n / KIB),
+        n => format!("{n} bytes"),
     }
 }
 
@@ -537,36 +659,5 @@ impl Visitor<'_> for RawJsonKey<'_> {
     fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
         push_json_str(self.out, v);
         Ok(())
-    }
-}
-
-/// The canonical text of a JSON value such as `Input Dims` (`[[64, 16], [16], []]`): whitespace
-/// outside strings dropped, one space after each comma outside strings, as PyTorch writes it, so
-/// the same shapes read the same whatever spacing a writer used.
-pub(super) fn canonical_list(raw: &[u8], out: &mut Vec<u8>) {
-    out.clear();
-    let mut in_str = false;
-    let mut escaped = false;
-    for &b in raw {
-        if in_str {
-            out.push(b);
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_str = false;
-            }
-            continue;
-        }
-        match b {
-            b' ' | b'\t' | b'\n' | b'\r' => {}
-            b'"' => {
-                in_str = true;
-                out.push(b);
-            }
-            b',' => out.extend_from_slice(b", "),
-            _ => out.push(b),
-        }
     }
 }

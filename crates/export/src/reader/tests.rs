@@ -72,7 +72,7 @@ fn check_fast(bytes: &[u8]) -> bool {
     // into a value): then the event ends there, as it does for serde_json reading the array, and
     // what follows is the array's to reject.
     let mut end = bytes.len();
-    let took = match parse_event(bytes, &mut strings) {
+    let took = match parse_event(bytes, &mut strings, &mut Vec::new()) {
         Fast::Done(event, len) => {
             let text = String::from_utf8_lossy(bytes);
             assert!(
@@ -100,7 +100,7 @@ fn check_fast(bytes: &[u8]) -> bool {
     };
     for cut in 0..end {
         let mut strings = Interner::default();
-        if let Fast::Done(..) = parse_event(&bytes[..cut], &mut strings) {
+        if let Fast::Done(..) = parse_event(&bytes[..cut], &mut strings, &mut Vec::new()) {
             panic!(
                 "fast path took a prefix ({cut} bytes) of {}",
                 String::from_utf8_lossy(bytes)
@@ -138,6 +138,76 @@ fn fast_path_takes_kineto_events_and_matches_serde() {
     for e in events {
         assert!(check_fast(e.as_bytes()), "the fast path fell back on {e}");
     }
+}
+
+#[test]
+fn op_args_are_one_canonical_string_on_both_paths() {
+    // Kineto's layout (spaces after commas, members on their own lines) becomes compact text with
+    // the kept members in file order; `Seq`, addresses and the rest are left out.
+    let text = "{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"aten::addmm\", \"ts\": 1, \"dur\": 2,\n  \"args\": {\n    \"External id\": 13, \"Concrete Inputs\": [\"\", \"\", \"\", \"1\", \"1\"],\n    \"Input type\": [\"float\", \"float\", \"float\", \"Scalar\", \"Scalar\"],\n    \"Input Strides\": [[1], [128, 1], [1, 128], [], []], \"Input Dims\": [[128], [5, 128], [128, 128], [], []], \"Seq\": 7, \"Ev Idx\": 46}}";
+    assert!(check_fast(text.as_bytes()));
+    let mut strings = Interner::default();
+    let Fast::Done(event, _) = parse_event(text.as_bytes(), &mut strings, &mut Vec::new()) else {
+        panic!("fast path did not take a torch op")
+    };
+    let id = event.op_args.expect("kept args");
+    assert_eq!(
+        &*strings.strings[id.0 as usize],
+        r#"{"Concrete Inputs":["","","","1","1"],"Input type":["float","float","float","Scalar","Scalar"],"Input Strides":[[1],[128,1],[1,128],[],[]],"Input Dims":[[128],[5,128],[128,128],[],[]]}"#
+    );
+    // The same inputs written differently are the same string; an event without them has none.
+    let again = text.replace(", ", ",").replace("\n    ", "");
+    let Fast::Done(other, _) = parse_event(again.as_bytes(), &mut strings, &mut Vec::new()) else {
+        panic!("fast path did not take the compact form")
+    };
+    assert_eq!(other.op_args, Some(id));
+    let Fast::Done(plain, _) = parse_event(
+        br#"{"ph":"X","name":"k","ts":1,"args":{"stream":7}}"#,
+        &mut strings,
+        &mut Vec::new(),
+    ) else {
+        panic!("fast path did not take a kernel")
+    };
+    assert_eq!(plain.op_args, None);
+    // The buffer is reused: what an event that fell back left in it is not the next one's.
+    let mut kept = Vec::new();
+    let falls_back =
+        br#"{"ph":"X","name":"c","ts":1,"args":{"Input Dims":[[1]],"dtype":"Fl\u006fat"}}"#;
+    assert!(matches!(
+        parse_event(falls_back, &mut strings, &mut kept),
+        Fast::Fallback
+    ));
+    assert!(!kept.is_empty());
+    let next = br#"{"ph":"X","name":"c","ts":1,"args":{"Input Dims":[[2]]}}"#;
+    let Fast::Done(ev, _) = parse_event(next, &mut strings, &mut kept) else {
+        panic!("fast path did not take {next:?}")
+    };
+    assert_eq!(
+        &*strings.strings[ev.op_args.unwrap().0 as usize],
+        r#"{"Input Dims":[[2]]}"#
+    );
+    // Where the fast path cannot write the text serde_json would (escapes, nesting), it falls
+    // back; serde_json's canonical text is then the one kept.
+    for e in [
+        r#"{"ph":"X","name":"c","ts":1,"args":{"dtype":"Fl\u006fat","Group size":2}}"#,
+        r#"{"ph":"X","name":"c","ts":1,"args":{"Concrete Inputs":["a\"b"]}}"#,
+    ] {
+        assert!(!check_fast(e.as_bytes()), "{e}");
+    }
+    let (debug, strings) = serde_event(
+        br#"{"ph":"X","name":"c","ts":1,"args":{"dtype":"Fl\u006fat","Group size":2.50,"In split size":{"a":[1e2, -0, null, true]}}}"#,
+    )
+    .unwrap();
+    assert!(debug.contains("op_args: Some"), "{debug}");
+    assert!(
+        strings.iter().any(|s| &**s
+            == r#"{"dtype":"Float","Group size":2.5,"In split size":{"a":[100.0,-0.0,null,true]}}"#),
+        "{strings:?}"
+    );
+    // Nested values, floats and negative numbers match on both paths.
+    assert!(check_fast(
+        br#"{"ph":"X","name":"c","ts":1,"args":{"Process Group Ranks":[0, 1],"Input Dims":[[-1, 2.5e3], {"k": [1.0]}], "In msg nelems": 18446744073709551615}}"#
+    ));
 }
 
 #[test]
@@ -252,6 +322,9 @@ fn arg_member() -> impl Strategy<Value = String> {
         Just("Device Id"),
         Just("grid"),
         Just("Call stack"),
+        Just("Input Dims"),
+        Just("Concrete Inputs"),
+        Just("dtype"),
     ];
     (key, prop_oneof![4 => json_scalar(), 1 => json_value()])
         .prop_map(|(k, v)| format!("\"{k}\": {v}"))
@@ -364,7 +437,7 @@ fn piped_fill_takes_what_is_asked_and_keeps_offsets() {
     let (piped, inflater) = input::pipeline();
     std::thread::scope(|scope| {
         scope.spawn(|| inflater.run(&data[..]));
-        let mut input = Input::piped(io::empty(), piped);
+        let mut input = Input::piped(io::empty(), piped, DEFAULT_MAX_VALUE_BYTES);
         assert!(input.fill_some(1).unwrap());
         let first = input.end - input.pos;
         assert!(first >= input::BUF_SIZE, "{first}");
@@ -391,25 +464,145 @@ fn piped_fill_takes_what_is_asked_and_keeps_offsets() {
     });
 }
 
-/// `Input Dims` is read on both paths as the same canonical text, whatever the spacing.
+/// A long string is scanned once however many fills it takes: [`Scan`] resumes where it stopped.
+/// It used to rescan the string from its start on every fill, which through the 320 KiB
+/// inflate pipe made a 256 MiB string take 52 s.
 #[test]
-fn input_dims_read_the_same_on_both_paths_whatever_the_spacing() {
-    for (bytes, want) in [
-        (
-            &br#"{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":1,"dur":2,"args":{"Input Dims":[[64,16],  [16, 8], []]}}"#[..],
-            "[[64, 16], [16, 8], []]",
-        ),
-        (
-            br#"{"ph":"X","cat":"cpu_op","name":"aten::cat","pid":1,"tid":1,"ts":1,"dur":2,"args":{"External id":3,"Input Dims":[[[2, 3], [2, 3]], []],"Input type":["TensorList", "Scalar"]}}"#,
-            "[[[2, 3], [2, 3]], []]",
-        ),
+fn a_long_string_is_scanned_once_across_fills() {
+    let n = 4 << 20;
+    let mut data = vec![b'a'; n];
+    data[0] = b'"';
+    data[n - 1] = b'"';
+    let mut scan = Scan::new(b'"');
+    // Bytes looked at: each call starts where the scan says it stopped.
+    let mut examined = 0;
+    let mut end = 1;
+    let len = loop {
+        end = (end + 32 * 1024).min(n);
+        examined += end - scan.len;
+        if let Some(len) = scan.advance(&data[..end]) {
+            break len;
+        }
+    };
+    assert_eq!(len, n);
+    assert!(
+        examined <= n,
+        "{examined} bytes examined for a {n}-byte string"
+    );
+}
+
+/// The value limit, exactly: a value of `max_value` bytes is read, one byte more is
+/// [`Fail::TooLarge`] at the value's first byte, whether it fits in the window or not.
+#[test]
+fn value_len_refuses_a_value_one_byte_over_the_limit() {
+    for limit in [100, 300 * 1024] {
+        for (over, value) in [
+            (false, format!("\"{}\"", "a".repeat(limit - 2))),
+            (true, format!("\"{}\"", "a".repeat(limit - 1))),
+            (false, format!("[{}]", "1,".repeat((limit - 3) / 2) + "1")),
+            (false, "7".repeat(limit)),
+            (true, "7".repeat(limit + 1)),
+        ] {
+            let doc = format!("  {value} ");
+            let mut input = Input::new(doc.as_bytes(), limit);
+            assert_eq!(input.skip_ws().unwrap(), Some(doc.as_bytes()[2]));
+            match input.value_len() {
+                Ok(Some(len)) => {
+                    assert!(!over, "limit {limit}: {}-byte value read", value.len());
+                    assert_eq!(len, value.len());
+                }
+                Err(Fail::TooLarge { at, limit: l }) => {
+                    assert!(over, "limit {limit}: {}-byte value refused", value.len());
+                    assert_eq!((at, l), (2, limit));
+                }
+                other => panic!("limit {limit}: {other:?}"),
+            }
+            assert!(
+                input.buf.capacity() <= limit.max(BUF_SIZE) + input::PIPE_HEAD + BUF_SIZE,
+                "window {} for a limit of {limit}",
+                input.buf.capacity()
+            );
+        }
+    }
+}
+
+/// The streaming rank search finds what HTA's line-by-line regex finds, however the input is
+/// cut into reads.
+fn check_rank_search(text: &[u8], gzip: bool, cuts: &[usize]) {
+    let lines: Vec<&[u8]> = text.split_inclusive(|&b| b == b'\n').collect();
+    let want = lines.iter().find_map(|line| {
+        if gzip {
+            find_rank(line)
+        } else {
+            line.split(|&b| b == b'\r').find_map(find_rank)
+        }
+    });
+    let mut search = super::rank::RankSearch::new(gzip);
+    let mut got = None;
+    let mut from = 0;
+    for &cut in cuts.iter().chain([&text.len()]) {
+        let cut = cut.clamp(from, text.len());
+        if let Some(r) = search.feed(&text[from..cut]) {
+            got = Some(r);
+            break;
+        }
+        from = cut;
+    }
+    let got = got.or_else(|| search.finish().map(Some));
+    assert_eq!(
+        got.unwrap_or(None),
+        want.unwrap_or(None),
+        "{:?} (gzip {gzip}, cuts {cuts:?})",
+        String::from_utf8_lossy(text)
+    );
+}
+
+#[test]
+fn rank_search_matches_the_line_regex() {
+    for text in [
+        &b"{\"rank\": 3,"[..],
+        b"{\"rank\":3,",
+        b"\"rank\":\"rank\": 4",
+        b"\"rank\"rank\": 4",
+        b"\"rank\"\"rank\": 4",
+        "\"rank\":\u{a0}\t 42".as_bytes(),
+        "\"rank\":\u{3000}7 ".as_bytes(),
+        b"\"rank\":\xe3\x80 7",
+        b"\"rank\":\xe3\x80\"rank\": 9",
+        b"\"rank\":\x1f5",
+        b"\"rank\": 99999999999999999999",
+        b"\"rank\": \n5 \"rank\": 6",
+        b"\"rank\":\r 4",
+        b"\"rank\": 12",
+        b"x\"rank\": 007}",
     ] {
-        assert!(check_fast(bytes), "{}", String::from_utf8_lossy(bytes));
-        let mut strings = Interner::default();
-        let Fast::Done(event, _) = parse_event(bytes, &mut strings) else {
-            panic!("fast path");
-        };
-        let id = event.input_dims.expect("dims");
-        assert_eq!(&*strings.strings[id.0 as usize], want);
+        for gzip in [false, true] {
+            for cut in 0..=text.len() {
+                check_rank_search(text, gzip, &[cut]);
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn rank_search_agrees_with_the_line_regex(
+        parts in prop::collection::vec(prop::sample::select(vec![
+            "\"rank\":", "\"rank\"", "\"", " ", "\t", "\n", "\r", "\u{a0}", "\u{2028}", "1", "42",
+            "x", ":", "-", "\u{e9}", "\u{3000}", "99999999999999999999",
+        ]), 0..12),
+        cuts in prop::collection::vec(0usize..64, 0..4),
+        gzip in any::<bool>(),
+    ) {
+        let text = parts.concat();
+        let mut cuts = cuts;
+        cuts.sort_unstable();
+        check_rank_search(text.as_bytes(), gzip, &cuts);
+        // Invalid UTF-8 too: the text cut at each byte, then a stray byte.
+        let mut bytes = text.into_bytes();
+        bytes.insert(bytes.len() / 2, 0xe2);
+        check_rank_search(&bytes, gzip, &cuts);
     }
 }

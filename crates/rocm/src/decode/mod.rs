@@ -42,7 +42,8 @@ pub const NOISE: &[&str] = &[
     "hipModuleGetFunction",
 ];
 
-/// HIP calls Kineto draws an `ac2g` flow from (launches, copies, allocation and graph launch).
+/// HIP calls Kineto's ROCm path draws an `ac2g` flow from (launches, copies, allocation and graph
+/// launch). [`starts_flow`] widens it.
 pub const FLOW_STARTS: &[&str] = &[
     "hipLaunchKernel",
     "hipExtLaunchKernel",
@@ -57,6 +58,30 @@ pub const FLOW_STARTS: &[&str] = &[
     "hipMemcpyWithStream",
     "hipGraphLaunch",
 ];
+
+/// Launch calls beyond Kineto's ROCm list (its CUDA list has their CUDA twins).
+const MORE_LAUNCHES: &[&str] = &[
+    "hipLaunchCooperativeKernelMultiDevice",
+    "hipExtLaunchMultiKernelMultiDevice",
+    "hipModuleLaunchCooperativeKernel",
+    "hipModuleLaunchCooperativeKernelMultiDevice",
+    "hipLaunchKernelExC",
+    "hipDrvLaunchKernelEx",
+];
+
+/// Whether a HIP call starts an `ac2g` flow (its GPU records end it): Kineto's ROCm list
+/// ([`FLOW_STARTS`]) plus every call that enqueues a GPU record kinetrace writes, so that each
+/// GPU record whose call is in the trace has its flow, as Kineto's CUDA path draws one for every
+/// `cudaMemcpy*` and `cudaMemset*`: all `hipMemcpy*` and `hipMemset*` calls (a memset's fill
+/// dispatches become `gpu_memset`; Kineto's ROCm list has no memset), the other launch calls, and
+/// the per-thread-stream (`_spt`) forms of all of these.
+pub fn starts_flow(name: &str) -> bool {
+    let name = name.strip_suffix("_spt").unwrap_or(name);
+    FLOW_STARTS.contains(&name)
+        || MORE_LAUNCHES.contains(&name)
+        || name.starts_with("hipMemcpy")
+        || name.starts_with("hipMemset")
+}
 
 /// roctracer's `HIP_OP_ID_DISPATCH`.
 const ROCTRACER_DISPATCH: u32 = 0;
@@ -291,7 +316,7 @@ impl Decoder {
                     *op as u32,
                     ApiName {
                         name: intern(n),
-                        launches_work: FLOW_STARTS.contains(&n.as_str()),
+                        launches_work: starts_flow(n),
                         noise: NOISE.contains(&n.as_str()),
                     },
                 )

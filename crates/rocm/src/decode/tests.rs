@@ -507,3 +507,69 @@ fn operation_numbers_past_the_table() {
     };
     assert_eq!(m.kind, MemcpyKind::DtoH);
 }
+
+/// Every call that enqueues a GPU record starts the flow its records end: Kineto's ROCm list, and
+/// the memsets (their fill dispatches are `gpu_memset`), copy and launch variants it lacks.
+#[test]
+fn calls_with_gpu_work_start_flows() {
+    for name in [
+        "hipLaunchKernel",
+        "hipModuleLaunchKernel",
+        "hipGraphLaunch",
+        "hipMalloc",
+        "hipMemcpyAsync",
+        "hipMemsetAsync",
+        "hipMemset",
+        "hipMemsetD32Async",
+        "hipMemset2DAsync",
+        "hipMemcpy2DAsync",
+        "hipMemcpyPeerAsync",
+        "hipMemcpyHtoDAsync",
+        "hipLaunchKernel_spt",
+        "hipMemsetAsync_spt",
+        "hipLaunchKernelExC",
+        "hipModuleLaunchCooperativeKernel",
+    ] {
+        assert!(starts_flow(name), "{name}");
+    }
+    for name in [
+        "hipDeviceSynchronize",
+        "hipGetDevice",
+        "hipStreamCreate",
+        "hipEventRecord",
+        "hipMemGetInfo",
+        "hipStreamWaitEvent",
+    ] {
+        assert!(!starts_flow(name), "{name}");
+    }
+    // Through the decoder: a memset call is a flow start.
+    let mut d = Decoder::new(
+        &[(293, "hipMemsetAsync".into())],
+        &[],
+        HashMap::new(),
+        0,
+        false,
+    );
+    let a = d
+        .decode(
+            &Raw::Api(ApiRec {
+                operation: 293,
+                correlation: 1,
+                tid: 1,
+                start: 1,
+                end: 2,
+                external: 0,
+                args: RawArgs::None,
+            }),
+            |_| None,
+            |_| None,
+        )
+        .unwrap();
+    let Detail::Runtime(c) = a.detail else {
+        panic!("{a:?}")
+    };
+    assert!(
+        c.launches_work,
+        "hipMemsetAsync starts the flow of its fills"
+    );
+}

@@ -124,8 +124,21 @@ pub(crate) struct Tool {
     pub skipped: AtomicU64,
     /// Our `rocprofiler_configure` ran.
     pub configured: AtomicBool,
+    /// The SDK called the tool's `finalize` (it is finalizing, or finalized): that call took what
+    /// the buffer held, and the SDK refuses every later flush (`ROCPROFILER_STATUS_ERROR_FINALIZED`),
+    /// so nothing asks it for one after this (see [`Tool::finalized`]).
+    pub finalized: AtomicBool,
     pub kernel_names: Mutex<HashMap<u64, String>>,
     pub setup: Mutex<Setup>,
+}
+
+impl Tool {
+    /// Whether the SDK has started finalizing: the tool's `finalize` has run (or is running) and
+    /// took the buffer's last records, so a source only drains the queue from now on.
+    pub(crate) fn finalized(&self) -> bool {
+        // Acquire: pairs with the Release store in `finalize_tool`.
+        self.finalized.load(Ordering::Acquire)
+    }
 }
 
 static TOOL: OnceLock<Tool> = OnceLock::new();
@@ -423,10 +436,18 @@ fn set_up(tool: &Tool) -> Result<(ContextId, ContextId, BufferId), SdkError> {
 }
 
 /// The tool's `finalize`: hands over what the buffer still holds (the SDK never flushes by
-/// itself, §8.6).
+/// itself, §8.6), the last moment a flush is allowed: the SDK has stopped every context by now and
+/// answers `ROCPROFILER_STATUS_ERROR_FINALIZED` to any flush once its tools' `finalize` have run.
+/// At a normal exit this runs before kinetrace's own exit handler saves the capture (the SDK
+/// registers its handler after the tools' `initialize`): the records go to the queue, which the
+/// save drains, and the sources ask the SDK for nothing more.
 unsafe extern "C" fn finalize_tool(_data: *mut c_void) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         if let Some(tool) = tool() {
+            // Set before the flush: a source flushing on another thread meanwhile drains the queue
+            // instead of racing the SDK's finalization (the records this flush hands over reach
+            // the queue, which the capture's save drains). Release: pairs with `Tool::finalized`.
+            tool.finalized.store(true, Ordering::Release);
             let buffer = tool.setup.try_lock().ok().and_then(|s| s.buffer);
             if let Some(b) = buffer {
                 let _ = flush_buffer(tool.sdk, b);

@@ -66,6 +66,7 @@ pub unsafe extern "C" fn rocprofiler_force_configure(configure: ConfigureFn) -> 
     // SAFETY: the caller passes a configure function with the SDK's signature.
     unsafe { run_tool(configure, u32::from(faults().other_tool)) };
     state().init = 1;
+    register_atexit();
     sys::STATUS_SUCCESS
 }
 
@@ -109,7 +110,7 @@ pub(crate) unsafe fn run_tool(configure: ConfigureFn, priority: u32) {
             unsafe { init(std::ptr::null(), r.tool_data) };
         }
         if let Some(fini) = r.finalize {
-            state().finalize = Some((fini, r.tool_data as usize));
+            state().finalize.push((fini, r.tool_data as usize));
         }
     }
 }
@@ -149,6 +150,10 @@ pub unsafe extern "C" fn rocprofiler_start_context(ctx: ContextId) -> Status {
         return ERROR;
     }
     let mut s = state();
+    if index(ctx.handle).is_some_and(|i| i < s.contexts.len()) && s.fini != 0 {
+        // Finalizing or finalized: no context starts again.
+        return CONFIGURATION_LOCKED;
+    }
     match index(ctx.handle).and_then(|i| s.contexts.get_mut(i)) {
         Some(c) => {
             c.active = true;
@@ -165,7 +170,10 @@ pub unsafe extern "C" fn rocprofiler_stop_context(ctx: ContextId) -> Status {
         return ERROR;
     }
     let mut s = state();
+    let finalized = s.fini > 0;
     match index(ctx.handle).and_then(|i| s.contexts.get_mut(i)) {
+        // Finalized: every context is stopped already.
+        Some(_) if finalized => sys::STATUS_SUCCESS,
         Some(c) if c.active => {
             c.active = false;
             if let Some(i) = index(ctx.handle) {
@@ -220,11 +228,15 @@ pub unsafe extern "C" fn rocprofiler_create_buffer(
     sys::STATUS_SUCCESS
 }
 
-/// `rocprofiler_flush_buffer`: hands what the buffer holds to its callback before returning.
+/// `rocprofiler_flush_buffer`: hands what the buffer holds to its callback before returning;
+/// FINALIZED once the SDK has finalized (a tool flushes in its `finalize`, never after).
 #[no_mangle]
 pub unsafe extern "C" fn rocprofiler_flush_buffer(buffer: BufferId) -> Status {
     if fails("rocprofiler_flush_buffer") {
         return ERROR;
+    }
+    if finalized() {
+        return FINALIZED;
     }
     let Some(b) = index(buffer.handle).filter(|b| *b < state().buffers.len()) else {
         return BUFFER_NOT_FOUND;
@@ -524,6 +536,7 @@ pub extern "C" fn rocprofiler_get_status_string(status: Status) -> *const c_char
         NOT_IMPLEMENTED => c"API function is defined but not implemented",
         INCOMPATIBLE_ABI => c"Data structure provided by user has a incompatible binary interface with this version of rocprofiler",
         INVALID_ARGUMENT => c"Function invoked with one or more invalid arguments",
+        FINALIZED => c"Invalid request because rocprofiler has finalized",
         _ => c"Unknown status",
     };
     s.as_ptr()

@@ -20,6 +20,15 @@ the tools in `ROCP_TOOL_LIBRARIES` and the `rocprofiler_configure` visible throu
 reaches its watermark and at `rocprofiler_flush_buffer`, on the calling thread (the real SDK uses a
 background thread; the callback must not care).
 
+Finalization, as the real SDK does it: once a tool with a `finalize` has been initialised, the SDK
+registers its own `atexit` handler (after the tools' `initialize`, so a handler a tool registered
+inside `initialize` runs after it). Finalizing stops every context (work in flight completes into
+its buffer), runs each tool's `finalize` (a flush in there still hands records over), and then the
+SDK is finalized: `rocprofiler_flush_buffer` answers FINALIZED (21, "Invalid request because
+rocprofiler has finalized"), `rocprofiler_start_context` CONFIGURATION_LOCKED, and
+`rocprofiler_stop_context` SUCCESS (everything is stopped). What a buffer still holds then is never
+delivered. `fake_rocp_finalize` finalizes on the spot.
+
 The machine: one CPU agent and two GPU agents (`gfx90a`, 104 CUs, wavefront 64).
 
 Numbers: kind and operation numbers follow the real ones of each ABI (buffer-tracing kinds were
@@ -80,3 +89,4 @@ pub(crate) const CONFIGURATION_LOCKED: Status = 16;
 pub(crate) const NOT_IMPLEMENTED: Status = 17;
 pub(crate) const INCOMPATIBLE_ABI: Status = 18;
 pub(crate) const INVALID_ARGUMENT: Status = 19;
+pub(crate) const FINALIZED: Status = 21;

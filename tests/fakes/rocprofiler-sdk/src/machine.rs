@@ -32,9 +32,14 @@ pub(crate) struct Buffer {
 pub(crate) struct State {
     /// 0 not initialised, -1 initialising (inside `initialize`), 1 done.
     pub(crate) init: i32,
+    /// 0 running, -1 finalizing (the tools' `finalize` run), 1 finalized (see [`finalize_sdk`]).
+    pub(crate) fini: i32,
     pub(crate) contexts: Vec<Context>,
     pub(crate) buffers: Vec<Buffer>,
-    pub(crate) finalize: Option<(sys::FinalizeFn, usize)>,
+    /// Every registered tool's `finalize` and its data, in registration order.
+    pub(crate) finalize: Vec<(sys::FinalizeFn, usize)>,
+    /// The SDK's own `atexit` handler is registered (once, after the first tool initialised).
+    pub(crate) atexit_registered: bool,
     pub(crate) client_name: Option<String>,
     pub(crate) configure_calls: u64,
     pub(crate) async_seen: u64,
@@ -45,9 +50,11 @@ pub(crate) struct State {
 
 pub(crate) static STATE: Mutex<State> = Mutex::new(State {
     init: 0,
+    fini: 0,
     contexts: Vec::new(),
     buffers: Vec::new(),
-    finalize: None,
+    finalize: Vec::new(),
+    atexit_registered: false,
     client_name: None,
     configure_calls: 0,
     async_seen: 0,
@@ -481,4 +488,59 @@ pub(crate) fn agents() -> Vec<v1::Agent1_1> {
             make(gpu_agent(1).handle, Some(1), 2),
         ]
     }
+}
+
+// ---- finalization -------------------------------------------------------------------------------
+
+/// The SDK finalizes (its `atexit` handler, or `fake_rocp_finalize`), once: every active context
+/// is stopped (work in flight completes into its buffers), then each tool's `finalize` runs while
+/// the SDK is finalizing (a flush then still hands records over), then the SDK is finalized: from
+/// then on `rocprofiler_flush_buffer` answers FINALIZED and `rocprofiler_start_context`
+/// CONFIGURATION_LOCKED, and what a buffer still holds is never delivered (the SDK does not flush
+/// by itself, research §8.6).
+pub(crate) fn finalize_sdk() {
+    let tools = {
+        let mut s = state();
+        if s.fini != 0 {
+            return;
+        }
+        s.fini = -1;
+        for i in 0..s.contexts.len() {
+            if std::mem::take(&mut s.contexts[i].active) {
+                complete_in_flight(&mut s, i);
+            }
+        }
+        std::mem::take(&mut s.finalize)
+    };
+    for (f, data) in tools {
+        // SAFETY: a tool's finalize with its own data, as the SDK calls it.
+        unsafe { f(data as *mut c_void) };
+    }
+    state().fini = 1;
+}
+
+extern "C" fn finalize_at_exit() {
+    finalize_sdk();
+}
+
+/// Registers the SDK's `atexit` handler once, when a tool with a `finalize` has been initialised
+/// (as the real SDK does right after the tools' `initialize`: a handler a tool registered inside
+/// its `initialize` runs after this one).
+pub(crate) fn register_atexit() {
+    let register = {
+        let mut s = state();
+        let due = !s.atexit_registered && !s.finalize.is_empty();
+        s.atexit_registered |= due;
+        due
+    };
+    if register {
+        // SAFETY: a plain `extern "C"` function of this library that never unwinds; glibc runs it
+        // at exit, or when this library is unloaded.
+        unsafe { libc::atexit(finalize_at_exit) };
+    }
+}
+
+/// Whether the SDK has finalized (not while finalizing).
+pub(crate) fn finalized() -> bool {
+    state().fini > 0
 }

@@ -53,6 +53,7 @@ pub unsafe extern "C" fn fake_rocp_runtime_init(extra: Option<ConfigureFn>) -> u
         unsafe { run_tool(*f, first + i as u32) };
     }
     state().init = 1;
+    register_atexit();
     tools.len() as u32
 }
 
@@ -445,14 +446,11 @@ pub unsafe extern "C" fn fake_rocp_api(name: *const c_char) -> u64 {
     hip_call(&name, HipPayload::empty(), |_| {})
 }
 
-/// Runs the tool's `finalize` (the SDK does at exit).
+/// The SDK finalizes now, as it does at exit (see `finalize_sdk`): contexts stop, the tools'
+/// `finalize` run, then every flush answers FINALIZED.
 #[no_mangle]
 pub unsafe extern "C" fn fake_rocp_finalize() {
-    let fini = state().finalize.take();
-    if let Some((f, data)) = fini {
-        // SAFETY: the tool's finalize with its own data.
-        unsafe { f(data as *mut c_void) };
-    }
+    finalize_sdk();
 }
 
 /// `rocprofiler_callback_tracing_marker_api_data_t` as the SDK passes it for `roctxRangePushA`:
