@@ -127,10 +127,12 @@ while :; do
     wait $p
     [ -e /proc/$((p + 1)) ] || break
 done
-"$train" 100000 --cuda --sleep-ms 20 --ready-file "$2" &
+# Only A and B get the shim ($5): a preloaded `sleep` of the loop below would run a cleanup of
+# its own and could take the decoy before B does.
+LD_PRELOAD="$5" "$train" 100000 --cuda --sleep-ms 20 --ready-file "$2" &
 a=$!
 while [ ! -e "$3" ]; do sleep 0.05; done
-"$train" 3 --cuda --sleep-ms 100 --ready-file "$4"
+LD_PRELOAD="$5" "$train" 3 --cuda --sleep-ms 100 --ready-file "$4"
 echo "B exited with $?"
 kill -9 $a
 wait $a
@@ -162,9 +164,10 @@ fn a_live_process_in_a_pid_namespace_without_its_own_proc_keeps_its_files() {
             &arg(&a_ready),
             &arg(&go),
             &arg(&b_ready),
+            w.shim.to_str().unwrap(),
         ],
     );
-    c.env("LD_PRELOAD", &w.shim).env("KINETRACE_WHOLE_RUN", "1");
+    c.env("KINETRACE_WHOLE_RUN", "1");
     let mut job = Job::spawn(c).show(&w.log);
     let a_pid: u32 = job.wait_for_file(&a_ready).trim().parse().unwrap();
     job.wait_until("A's spool", |_| w.leftovers().iter().any(owned_by(a_pid)));

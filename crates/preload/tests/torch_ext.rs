@@ -32,9 +32,11 @@ __attribute__((constructor)) static void loaded(void) {
     FILE *f = m ? fopen(m, "a") : NULL;
     if (f) { fputs(WHO "\n", f); fclose(f); }
 }
-int kinetrace_ops_abi(void) { return 1; }
+/* The entry points of _ext.py's contract (ABI in _ext.py, kinetrace_ops_abi() in _ops_ext.cpp). */
+int kinetrace_ops_abi(void) { return 2; }
 unsigned long long kinetrace_ops_enable(int shapes) { (void)shapes; return 1; }
 int kinetrace_ops_disable(unsigned long long handle) { (void)handle; return 0; }
+int kinetrace_ops_set_groups(const char *text) { (void)text; return 1; }
 "#;
 
 /// What a job's `kinetrace._torch` does: load the recorder, or say why not.
@@ -101,13 +103,34 @@ fn c_compiler(test: &str) -> Option<String> {
     None
 }
 
+/// The Python package's source files (`.py`, `.cpp`): what a job's `kinetrace` package holds.
+fn package_files() -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(repo().join("python/kinetrace"))
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().ok()?;
+            (name.ends_with(".py") || name.ends_with(".cpp")).then_some(name)
+        })
+        .collect();
+    files.sort();
+    assert!(files.iter().any(|f| f == "_ext.py"), "{files:?}");
+    // The stand-in recorder implements contract 2: a new contract needs it updated too.
+    let ext = std::fs::read_to_string(repo().join("python/kinetrace/_ext.py")).unwrap();
+    assert!(
+        ext.lines().any(|l| l.trim() == "ABI = 2"),
+        "_ext.py's ABI changed: update RECORDER_C's entry points to the new contract"
+    );
+    files
+}
+
 impl Ext {
     fn new(test: &str) -> Option<Ext> {
         let cc = c_compiler(test)?;
         let dir = ScratchDir::new("kinetrace-ext-", 0o755);
         let py = dir.path().join("py");
-        for f in ["__init__.py", "_torch.py", "_ext.py", "_ops_ext.cpp"] {
-            let from = repo().join("python/kinetrace").join(f);
+        // The whole package (its modules import one another), sources only.
+        for f in package_files() {
+            let from = repo().join("python/kinetrace").join(&f);
             write(
                 &py.join("kinetrace").join(f),
                 &std::fs::read_to_string(&from).unwrap(),
@@ -701,8 +724,8 @@ fn without_a_usable_cache_the_build_goes_to_a_private_module_directory_only() {
     mkdir(&private, 0o700);
     let package = private.join("kinetrace");
     mkdir(&package, 0o700);
-    for f in ["__init__.py", "_torch.py", "_ext.py", "_ops_ext.cpp"] {
-        std::fs::copy(ext.py.join("kinetrace").join(f), package.join(f)).unwrap();
+    for f in package_files() {
+        std::fs::copy(ext.py.join("kinetrace").join(&f), package.join(&f)).unwrap();
     }
     let python = |args: &[&str]| {
         let mut c = ext.python("python3", args);
