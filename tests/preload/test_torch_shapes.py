@@ -14,6 +14,7 @@ Same venv rules as test_torch_record.py (whose build this file shares).
 """
 
 import json
+import re
 import socket
 from pathlib import Path
 
@@ -215,8 +216,8 @@ def test_a_gloo_ddp_job_has_torch_profilers_distributed_info_and_collective_args
     env.pop("OMP_NUM_THREADS", None)
     peer = _run(_torchrun(script, ["torch.profiler", str(tmp_path / "torch-%d.json")]), env, tmp_path)
     assert peer.returncode == 0, peer.stderr
-    params = {int(l.split()[1]): int(l.split()[3]) for l in peer.stdout.splitlines()
-              if l.startswith("rank ")}
+    # Both ranks share torchrun's stdout, so their lines can interleave mid-line.
+    params = {int(r): int(n) for r, n in re.findall(r"rank (\d+) params (\d+)", peer.stdout)}
     assert sorted(params) == [0, 1] and len(set(params.values())) == 1, peer.stdout
     n_params = params[0]
 
