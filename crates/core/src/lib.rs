@@ -12,6 +12,7 @@ collector side. This crate has no vendor dependency.
 
 pub mod activity;
 pub mod clock;
+pub mod flight;
 pub mod framework;
 pub mod intern;
 pub mod launch;

@@ -16,9 +16,12 @@ use super::control::{Command, Stamp};
 use super::{lock, SessionConfig, Shared, TraceReadyCallback};
 use crate::activity::{Activity, ActivitySet, AutogradRole, CpuSpan, Detail, OpArgs};
 use crate::clock::{TickConverter, Ticks, UnixNanos};
+use crate::flight::{FlightBuffer, FlightConfig};
 use crate::op_args;
 use crate::recorder::{self, CpuRecord};
 use crate::source::{Sink, SinkFactory, TraceMeta, TraceOutput, WindowInfo, PARTIAL_STEP_KEY};
+
+mod flight_dump;
 
 /// Records held between a window's end and the start of the next one, or drained before their
 /// window's start was applied, at most (beyond it they are counted as dropped).
@@ -184,6 +187,23 @@ pub(super) struct Collector {
     /// The outcome of the last trace (or of a sink that could not open), for on-demand requesters.
     last_result: Option<Result<TraceOutput, String>>,
     done: bool,
+    /// The flight recorder's settings and kept records (when the session is one).
+    flight: Option<FlightConfig>,
+    flight_buffer: Option<FlightBuffer>,
+    /// Dumps written (each is a cycle of its own).
+    dumps: u32,
+    /// The step whose hang was dumped (one dump per stall).
+    hang_reported: Option<u64>,
+    /// [`recorder::lost_records`] at the last dump.
+    flight_lost: u64,
+}
+
+/// What the control side says of a flight recorder at the start of a round: the start of the
+/// oldest step of a step span, the last step boundary and the step in progress.
+struct FlightNow {
+    span_start: Option<Ticks>,
+    last_step_at: std::time::Instant,
+    step: u64,
 }
 
 impl Collector {
@@ -216,6 +236,11 @@ impl Collector {
             behind: false,
             last_result: None,
             done: false,
+            flight: config.flight,
+            flight_buffer: config.flight.map(|f| FlightBuffer::new(f.memory_cap)),
+            dumps: 0,
+            hang_reported: None,
+            flight_lost: recorder::lost_records(),
         }
     }
 
@@ -229,7 +254,7 @@ impl Collector {
             return true;
         }
         recorder::collector_woke();
-        let (cmds, taken_at) = {
+        let (cmds, taken_at, flight_now) = {
             let mut c = lock(&shared.control);
             if c.time_driven() && !c.shutdown {
                 let next = c.target_action(c.started.elapsed());
@@ -240,8 +265,13 @@ impl Collector {
                 }
                 c.settle_request();
             }
+            let flight = c.flight.as_ref().map(|f| FlightNow {
+                span_start: f.clock.span_start(),
+                last_step_at: f.clock.last_step_at,
+                step: c.step_num,
+            });
             // Read under the lock: every command not in this batch is stamped later than this.
-            (std::mem::take(&mut c.queue), Ticks::now())
+            (std::mem::take(&mut c.queue), Ticks::now(), flight)
         };
         #[cfg(test)]
         after_taking_commands();
@@ -270,6 +300,9 @@ impl Collector {
         self.route_pending_before(horizon, shared);
         if self.window.as_ref().is_some_and(|w| w.recording) {
             self.poll_sources(shared);
+        }
+        if let Some(now) = flight_now {
+            self.flight_maintain(&now, shared);
         }
         // Spare rings for bursts, while a window is open; none kept while idle.
         if self.window.is_some() {
@@ -335,6 +368,12 @@ impl Collector {
                 }
             }
             Command::ForgetResult => self.last_result = None,
+            Command::Dump { trigger, merged } => {
+                self.flight_dump(&trigger, merged, shared);
+                if let Some(f) = lock(&shared.control).flight.as_mut() {
+                    f.dump_queued = false;
+                }
+            }
             Command::Shutdown => {
                 self.route_pending(shared);
                 self.done = true;
@@ -403,11 +442,14 @@ impl Collector {
             distributed: lock(&shared.distributed).clone(),
         };
         let opened = match sinks {
+            // A flight recorder's window keeps its records in memory; dumps open their own sinks.
+            _ if self.flight.is_some() => Err(std::io::Error::other("flight")),
             Some(mut sinks) => sinks.open(&info),
             None => self.sinks.open(&info),
         };
         window.sink = match opened {
             Ok(s) => Some(s),
+            Err(_) if self.flight.is_some() => None,
             Err(e) => {
                 self.log(&format!(
                     "cannot open the trace output for cycle {cycle}: {e}; this cycle is not recorded"
@@ -462,7 +504,13 @@ impl Collector {
                 .correlation
                 .is_some_and(|c| w.last_launch.is_some_and(|last| c <= last));
             if !a.activity_type().on_host() && launched_inside {
-                deliver(&mut w, self.activities, &self.ring_names, a);
+                deliver(
+                    &mut w,
+                    self.activities,
+                    &self.ring_names,
+                    self.flight_buffer.as_mut(),
+                    a,
+                );
                 return false;
             }
             true
@@ -867,7 +915,13 @@ impl Collector {
             hold(&mut self.carry, &mut self.held_dropped, a);
             return;
         }
-        deliver(w, self.activities, &self.ring_names, &a);
+        deliver(
+            w,
+            self.activities,
+            &self.ring_names,
+            self.flight_buffer.as_mut(),
+            &a,
+        );
     }
 }
 
@@ -884,6 +938,7 @@ fn deliver(
     w: &mut Window,
     activities: ActivitySet,
     ring_names: &HashMap<u32, Option<String>>,
+    flight: Option<&mut FlightBuffer>,
     a: &Activity,
 ) {
     if !activities.contains(a.activity_type()) || w.write_error.is_some() {
@@ -895,6 +950,12 @@ fn deliver(
             // Once per thread and window: the name for its `thread_name` row.
             w.threads.entry(tid).or_insert_with(|| name.clone());
         }
+    }
+    if let Some(kept) = flight {
+        // A flight recorder keeps it (no sink: dumps are written from the buffer).
+        kept.push(*a);
+        w.events += 1;
+        return;
     }
     let Some(sink) = w.sink.as_mut() else {
         return;

@@ -54,8 +54,23 @@ pub(super) enum Command {
     Notify { done: CaptureDone, fallback: String },
     /// A new request begins: forget the outcome of earlier windows.
     ForgetResult,
+    /// Write a flight dump of the kept span now (`merged`: triggers that came while the previous
+    /// dump was queued and were folded into it).
+    Dump {
+        trigger: crate::flight::FlightTrigger,
+        merged: u64,
+    },
     /// The session ends after everything queued before this.
     Shutdown,
+}
+
+/// The control side of a flight recorder: the step history and whether a dump is queued.
+pub(super) struct FlightControl {
+    pub clock: crate::flight::StepClock,
+    /// A dump is queued or being written (cleared by the collector when it is written).
+    pub dump_queued: bool,
+    /// Triggers that came while a dump was queued (said in the next dump's head).
+    pub merged: u64,
 }
 
 /// When a command happened.
@@ -82,10 +97,12 @@ pub(super) struct ActiveRequest {
 }
 
 pub(super) struct StepSpan {
-    id: u64,
+    pub id: u64,
     previous_external_id: u64,
-    start: Ticks,
-    step: u64,
+    pub start: Ticks,
+    pub step: u64,
+    /// The thread that opened it (a flight dump writes the step in progress on it).
+    pub tid: u32,
 }
 
 pub(super) struct Control {
@@ -126,6 +143,8 @@ pub(super) struct Control {
     pub sources_enabled: bool,
     /// The collector has processed the shutdown.
     pub collector_done: bool,
+    /// The flight recorder's control side, when the session is one.
+    pub flight: Option<FlightControl>,
 }
 
 impl Control {
@@ -138,7 +157,7 @@ impl Control {
             action: ProfilerAction::None,
             step_num: config.first_step,
             cycle: 0,
-            record_steps: matches!(config.trigger, Trigger::Schedule(_)),
+            record_steps: matches!(config.trigger, Trigger::Schedule(_)) || config.flight.is_some(),
             step_span: None,
             partial_step: None,
             started: Instant::now(),
@@ -154,7 +173,34 @@ impl Control {
             enabled_epoch: 0,
             sources_enabled: false,
             collector_done: false,
+            flight: config.flight.as_ref().map(|f| FlightControl {
+                clock: crate::flight::StepClock::new(f),
+                dump_queued: false,
+                merged: 0,
+            }),
         }
+    }
+
+    /// Queues a flight dump, unless one is queued already (then this trigger is folded into it
+    /// and counted: a burst of triggers writes one dump, not one each).
+    pub fn queue_dump(
+        &mut self,
+        trigger: crate::flight::FlightTrigger,
+    ) -> Result<(), super::FlightRefused> {
+        if self.shutdown {
+            return Err(super::FlightRefused::Stopped);
+        }
+        let Some(f) = self.flight.as_mut() else {
+            return Err(super::FlightRefused::NotFlight);
+        };
+        if f.dump_queued {
+            f.merged += 1;
+            return Err(super::FlightRefused::Busy);
+        }
+        f.dump_queued = true;
+        let merged = std::mem::take(&mut f.merged);
+        self.push(Command::Dump { trigger, merged });
+        Ok(())
     }
 
     pub fn log(&self, message: &str) {
@@ -390,12 +436,17 @@ impl Control {
             return;
         }
         let id = recorder::next_span_id();
+        let start = Ticks::now();
         self.step_span = Some(StepSpan {
             id,
             previous_external_id: recorder::push_external_id(id),
-            start: Ticks::now(),
+            start,
             step: self.step_num,
+            tid: recorder::current_tid(),
         });
+        if let Some(f) = self.flight.as_mut() {
+            f.clock.step_began(start);
+        }
     }
 
     pub fn close_step_span(&mut self) {

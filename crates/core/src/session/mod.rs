@@ -27,6 +27,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::activity::ActivitySet;
+use crate::flight::{FlightConfig, FlightTrigger};
 use crate::framework::{DistributedInfo, FrameworkOptions};
 use crate::recorder;
 use crate::schedule::{ProfilerAction, Schedule, TimeWindow};
@@ -103,6 +104,10 @@ pub struct SessionConfig {
     /// What the framework recorders turn on in every window (a capture request may change it for
     /// its own), written in each trace's head.
     pub framework: FrameworkOptions,
+    /// Run as a flight recorder: record all the time, keep the last span, write it only when a
+    /// trigger fires ([`Session::flight_dump`], a slow step, a hang). The trigger is then
+    /// [`Trigger::Always`] whatever was set.
+    pub flight: Option<FlightConfig>,
 }
 
 impl Default for SessionConfig {
@@ -119,6 +124,7 @@ impl Default for SessionConfig {
             log: stderr_log(),
             first_step: 0,
             framework: FrameworkOptions::default(),
+            flight: None,
         }
     }
 }
@@ -142,6 +148,31 @@ impl std::fmt::Display for SessionError {
 }
 
 impl std::error::Error for SessionError {}
+
+/// Why a flight dump was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlightRefused {
+    /// The session is not a flight recorder.
+    NotFlight,
+    /// A dump is queued or being written; this trigger was folded into it (its head counts it).
+    Busy,
+    /// The session is stopping.
+    Stopped,
+}
+
+impl std::fmt::Display for FlightRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FlightRefused::NotFlight => {
+                "the flight recorder is off in this process (KINETRACE_FLIGHT_RECORDER)"
+            }
+            FlightRefused::Busy => "a flight dump is already being written; this trigger joins it",
+            FlightRefused::Stopped => "the profiler is stopping",
+        })
+    }
+}
+
+impl std::error::Error for FlightRefused {}
 
 /// A running session. Dropping it stops recording and writes any partial cycle.
 pub struct Session {
@@ -188,6 +219,10 @@ impl Session {
         sinks: Box<dyn SinkFactory>,
         on_trace_ready: Option<crate::session::TraceReadyCallback>,
     ) -> Result<Session, SessionError> {
+        let mut config = config;
+        if config.flight.is_some() {
+            config.trigger = Trigger::Always;
+        }
         if SESSION_LIVE
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
@@ -259,6 +294,15 @@ impl Session {
             let mut s = lock(&self.shared.control);
             let before = s.queued;
             s.close_step_span();
+            let ended = s.step_num;
+            let slow = s
+                .flight
+                .as_mut()
+                .and_then(|f| f.clock.step_ended(ended, Instant::now()));
+            if let Some(trigger) = slow {
+                // Folded into a dump already queued, if any: nothing to do about a refusal.
+                let _ = s.queue_dump(trigger);
+            }
             s.step_num += 1;
             s.record_steps = true;
             if s.step_driven() {
@@ -289,6 +333,13 @@ impl Session {
         SessionHandle {
             shared: Arc::downgrade(&self.shared),
         }
+    }
+
+    /// Asks the flight recorder for a dump of the kept span now: queued for the collector, which
+    /// writes it; this returns at once. Refused when the session is no flight recorder, while it
+    /// stops, and while another dump is queued (the trigger is then counted in that dump's head).
+    pub fn flight_dump(&self, trigger: FlightTrigger) -> Result<(), FlightRefused> {
+        self.shared.flight_dump(trigger)
     }
 
     /// Adds a source to the live session (a GPU backend that became available after the session
@@ -429,6 +480,14 @@ impl SessionHandle {
         }
     }
 
+    /// [`Session::flight_dump`], or [`FlightRefused::Stopped`] once the session is gone.
+    pub fn flight_dump(&self, trigger: FlightTrigger) -> Result<(), FlightRefused> {
+        match self.shared.upgrade() {
+            Some(shared) => shared.flight_dump(trigger),
+            None => Err(FlightRefused::Stopped),
+        }
+    }
+
     /// [`Session::status`], or `None` once the session is gone.
     pub fn status(&self) -> Option<SessionStatus> {
         self.shared.upgrade().map(|s| s.status())
@@ -445,6 +504,12 @@ impl std::fmt::Debug for SessionHandle {
 pub const STEP_ASIDE_WAIT: Duration = Duration::from_secs(5);
 
 impl Shared {
+    fn flight_dump(&self, trigger: FlightTrigger) -> Result<(), FlightRefused> {
+        lock(&self.control).queue_dump(trigger)?;
+        self.wake_collector();
+        Ok(())
+    }
+
     fn request_capture(&self, request: CaptureRequest) -> Result<CapturePlan, CaptureRefused> {
         let plan = {
             let mut s = lock(&self.control);
@@ -462,6 +527,9 @@ impl Shared {
             }
             if s.action != ProfilerAction::None {
                 let what = match s.trigger {
+                    Trigger::Always if s.flight.is_some() => {
+                        "the flight recorder is on: ask it for a dump instead".to_string()
+                    }
                     Trigger::Always => "this session records the whole run".to_string(),
                     _ => format!("recording (step {}, {})", s.step_num, s.action.as_str()),
                 };
@@ -683,5 +751,7 @@ pub fn process_name() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+#[cfg(test)]
+mod flight_tests;
 #[cfg(test)]
 mod tests;

@@ -8,7 +8,7 @@ use crate::source::TraceMeta;
 use std::sync::mpsc;
 
 /// Sessions are process-wide: these tests take turns (and wait for other modules' sessions).
-static TURN: Mutex<()> = Mutex::new(());
+pub(super) static TURN: Mutex<()> = Mutex::new(());
 
 type Traces = Arc<Mutex<Vec<Vec<String>>>>;
 

@@ -1,0 +1,267 @@
+//! The collector's side of a flight recorder: dropping what falls out of the span each round, the
+//! hang check, and writing a dump (a normal trace of the kept span, through the session's sinks).
+
+use std::collections::HashSet;
+
+use super::{lock, trace_id, Collector, FlightNow, Shared};
+use crate::activity::Detail;
+use crate::clock::UnixNanos;
+use crate::flight::{is_collective_or_sync, FlightSpan, FlightTrigger};
+use crate::intern::NameTable;
+use crate::recorder::{self, CpuRecord};
+use crate::source::{TraceMeta, WindowInfo};
+
+impl Collector {
+    /// Where the span starts now: `now` minus a time span, or the start of the oldest step of a
+    /// step span (everything kept while fewer steps have been seen).
+    fn flight_span_start(&self, span_start: Option<crate::clock::Ticks>) -> UnixNanos {
+        let Some(f) = self.flight else {
+            return UnixNanos(0);
+        };
+        match f.span {
+            FlightSpan::Time(d) => {
+                UnixNanos(UnixNanos::now().0.saturating_sub(d.as_nanos() as u64))
+            }
+            FlightSpan::Steps(_) => span_start.map_or(UnixNanos(0), |t| self.clock.to_unix(t)),
+        }
+    }
+
+    /// Once a round: drops the chunks older than the span, and dumps on a hang (no step for the
+    /// configured time while a collective or a sync is open on some thread), once per stall.
+    pub(super) fn flight_maintain(&mut self, now: &FlightNow, shared: &Shared) {
+        let cutoff = self.flight_span_start(now.span_start);
+        if let Some(b) = self.flight_buffer.as_mut() {
+            b.evict_before(cutoff);
+        }
+        let Some(after) = self.flight.and_then(|f| f.hang_after) else {
+            return;
+        };
+        let stalled = now.last_step_at.elapsed();
+        if stalled < after || self.hang_reported == Some(now.step) {
+            return;
+        }
+        let Some((op, tid, open_ns)) = self.open_collective() else {
+            return;
+        };
+        self.hang_reported = Some(now.step);
+        let trigger = FlightTrigger::Hang {
+            op,
+            tid,
+            open_ns,
+            stalled_ns: stalled.as_nanos() as u64,
+            step: now.step,
+        };
+        // Marked queued on the control side, so a trigger that comes meanwhile joins this dump.
+        let merged = {
+            let mut c = lock(&shared.control);
+            match c.flight.as_mut() {
+                Some(f) if !f.dump_queued => {
+                    f.dump_queued = true;
+                    std::mem::take(&mut f.merged)
+                }
+                // One is queued already: it is written this round or the next, and covers this.
+                _ => return,
+            }
+        };
+        self.flight_dump(&trigger, merged, shared);
+        if let Some(f) = lock(&shared.control).flight.as_mut() {
+            f.dump_queued = false;
+        }
+    }
+
+    /// The oldest collective or sync open now (its name, thread and how long it has been open).
+    fn open_collective(&self) -> Option<(String, u32, u64)> {
+        let names = NameTable::snapshot();
+        let now = UnixNanos::now();
+        self.open_begins
+            .iter()
+            .filter_map(|(&(tid, _), (_, rec))| match rec {
+                CpuRecord::Begin { name, start, .. } => {
+                    let n = names.get(*name);
+                    is_collective_or_sync(&n).then(|| (n.into_owned(), tid, *start))
+                }
+                _ => None,
+            })
+            .min_by_key(|(_, _, start)| start.0)
+            .map(|(n, tid, start)| (n, tid, now.saturating_sub(self.clock.to_unix(start))))
+    }
+
+    /// Writes a dump of the kept span: what the rings and sources hold now is taken in first.
+    pub(super) fn flight_dump(&mut self, trigger: &FlightTrigger, merged: u64, shared: &Shared) {
+        let Some(config) = self.flight else {
+            return;
+        };
+        self.route_pending(shared);
+        if self.window.as_ref().is_some_and(|w| w.recording) {
+            self.poll_sources(shared);
+        }
+        let (span_start, in_progress) = {
+            let c = lock(&shared.control);
+            let open = c.step_span.as_ref().map(|s| (s.id, s.start, s.step, s.tid));
+            (c.flight.as_ref().and_then(|f| f.clock.span_start()), open)
+        };
+        let wanted = self.flight_span_start(span_start);
+        let end = UnixNanos::now();
+        let cycle = self.dumps;
+        self.dumps += 1;
+        let devices: Vec<_> = lock(&shared.sources)
+            .list
+            .iter()
+            .flat_map(|s| s.device_properties())
+            .collect();
+        let info = WindowInfo {
+            cycle,
+            rank: self.rank,
+            world_size: self.world_size,
+            pid: std::process::id(),
+            host_name: super::super::host_name(),
+            devices: devices.clone(),
+            framework: lock(&shared.control).framework_now(),
+            distributed: lock(&shared.distributed).clone(),
+        };
+        let Some(buffer) = self.flight_buffer.as_mut() else {
+            return;
+        };
+        let complete_from = buffer.complete_from();
+        let cap_evicted = buffer.take_cap_evicted();
+        let from = wanted.max(complete_from);
+        let reason = trigger.describe();
+        let mut sink = match self.sinks.open(&info) {
+            Ok(s) => s,
+            Err(e) => {
+                (self.log)(&format!("flight dump ({reason}) not written: {e}"));
+                self.last_result = Some(Err(format!("cannot open the trace output: {e}")));
+                return;
+            }
+        };
+        let names = NameTable::snapshot();
+        let (mut first_step, mut last_step) = (None::<u64>, None::<u64>);
+        let mut tids = HashSet::new();
+        let mut events = 0u64;
+        let mut error = None;
+        for a in buffer
+            .records()
+            .filter(|a| a.start >= from && a.start <= end)
+        {
+            if let Detail::UserAnnotation(s) = &a.detail {
+                let n = names.get(s.name);
+                if let Some(step) = n
+                    .strip_prefix("ProfilerStep#")
+                    .and_then(|v| v.parse::<u64>().ok())
+                {
+                    first_step = Some(first_step.map_or(step, |f| f.min(step)));
+                    last_step = Some(last_step.map_or(step, |l| l.max(step)));
+                }
+            }
+            if let Some(t) = a.thread() {
+                tids.insert(t);
+            }
+            if let Err(e) = sink.record(a) {
+                error = Some(e);
+                break;
+            }
+            events += 1;
+        }
+        // The step in progress has no `ProfilerStep` record yet (it is written when the step
+        // ends): the dump shows it up to now, marked partial as a capture cut short is.
+        let mut partial = None;
+        if let (None, Some((id, start, step, tid))) = (&error, in_progress) {
+            let a = super::span_activity(
+                crate::intern::intern(&format!("ProfilerStep#{step}")),
+                true,
+                self.clock.to_unix(start).max(from),
+                end,
+                id,
+                info.pid,
+                tid,
+                crate::activity::OpArgs::NONE,
+            );
+            match sink.record(&a) {
+                Ok(()) => {
+                    events += 1;
+                    partial = Some(step);
+                    tids.insert(tid);
+                    first_step = Some(first_step.map_or(step, |f| f.min(step)));
+                    last_step = Some(last_step.map_or(step, |l| l.max(step)));
+                }
+                Err(e) => error = Some(e),
+            }
+        }
+        if let Some(e) = error {
+            (self.log)(&format!("flight dump ({reason}) not written: {e}"));
+            self.last_result = Some(Err(format!("trace not written: {e}")));
+            sink.discard();
+            return;
+        }
+        let lost_now = recorder::lost_records();
+        let ring_lost = lost_now.saturating_sub(std::mem::replace(&mut self.flight_lost, lost_now));
+        let kv = |k: &str, v: String| (k.to_string(), v);
+        let mut metadata = vec![
+            kv("flight_trigger", trigger.kind().to_string()),
+            kv("flight_reason", reason.clone()),
+            kv("flight_span", config.span.to_string()),
+            kv("flight_memory_cap", config.memory_cap.to_string()),
+            kv("flight_start_ns", from.0.to_string()),
+            kv("flight_end_ns", end.0.to_string()),
+            kv("flight_wanted_start_ns", wanted.0.to_string()),
+            kv("flight_cap_bound", (complete_from > wanted).to_string()),
+            kv("flight_cap_evicted", cap_evicted.to_string()),
+            kv("flight_merged_triggers", merged.to_string()),
+        ];
+        if let (Some(f), Some(l)) = (first_step, last_step) {
+            metadata.push(kv("flight_first_step", f.to_string()));
+            metadata.push(kv("flight_last_step", l.to_string()));
+        }
+        if let Some(step) = partial {
+            metadata.push(kv(crate::source::PARTIAL_STEP_KEY, step.to_string()));
+        }
+        metadata.extend(trigger.metadata());
+        metadata.extend(self.metadata.iter().cloned());
+        let mut thread_names: Vec<(u32, String)> = tids
+            .into_iter()
+            .filter_map(|t| Some((t, self.ring_names.get(&t)?.clone().unwrap_or_default())))
+            .collect();
+        thread_names.sort();
+        let meta = TraceMeta {
+            trace_id: trace_id(from, cycle),
+            host_name: info.host_name.clone(),
+            pid: info.pid,
+            process_name: super::super::process_name(),
+            rank: self.rank,
+            world_size: self.world_size,
+            devices,
+            metadata,
+            dropped: vec![
+                ("cpu_ring".to_string(), ring_lost),
+                ("flight_cap".to_string(), cap_evicted),
+            ],
+            thread_names,
+            window_start: from,
+            window_end: end,
+            cycle,
+        };
+        match sink.finish(&meta) {
+            Ok(out) => {
+                let shown = out
+                    .path
+                    .as_ref()
+                    .map_or_else(|| "a trace".to_string(), |p| p.display().to_string());
+                (self.log)(&format!(
+                    "flight dump ({reason}): {events} events in {shown}"
+                ));
+                if let Some(cb) = self.on_trace_ready.as_mut() {
+                    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(&out)));
+                    if res.is_err() {
+                        (self.log)("the on_trace_ready callback panicked; continuing");
+                    }
+                }
+                self.last_result = Some(Ok(out.clone()));
+                lock(&shared.control).outputs.push(out);
+            }
+            Err(e) => {
+                (self.log)(&format!("flight dump ({reason}) not written: {e}"));
+                self.last_result = Some(Err(format!("trace not written: {e}")));
+            }
+        }
+    }
+}

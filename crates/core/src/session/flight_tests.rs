@@ -1,0 +1,346 @@
+//! The flight recorder driven through a recording sink: what a dump holds, what its head says,
+//! and each trigger the session fires itself (slow step, hang).
+
+use super::tests::TURN;
+use super::*;
+use crate::activity::{Activity, Detail};
+use crate::flight::{FlightSpan, SlowStepRule};
+use crate::recorder::CpuRecord;
+use crate::source::{Sink, TraceMeta};
+
+/// One dump: the step annotations and op names it holds, and its head.
+#[derive(Clone, Debug, Default)]
+struct Dump {
+    steps: Vec<u64>,
+    ops: Vec<String>,
+    meta: Vec<(String, String)>,
+    start: u64,
+    end: u64,
+}
+
+impl Dump {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.meta
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+type Dumps = Arc<Mutex<Vec<Dump>>>;
+
+struct DumpSink {
+    dump: Dump,
+    out: Dumps,
+    starts: Vec<u64>,
+}
+
+impl Sink for DumpSink {
+    fn record(&mut self, a: &Activity) -> std::io::Result<()> {
+        self.starts.push(a.start.0);
+        match &a.detail {
+            Detail::UserAnnotation(s) => {
+                let n = crate::intern::resolve(s.name).to_string();
+                if let Some(step) = n.strip_prefix("ProfilerStep#") {
+                    self.dump.steps.push(step.parse().unwrap());
+                }
+            }
+            Detail::CpuOp(s) => self
+                .dump
+                .ops
+                .push(crate::intern::resolve(s.name).to_string()),
+            _ => {}
+        }
+        Ok(())
+    }
+    fn finish(self: Box<Self>, meta: &TraceMeta) -> std::io::Result<TraceOutput> {
+        let mut dump = self.dump;
+        dump.steps.sort();
+        dump.meta = meta.metadata.clone();
+        dump.start = meta.window_start.0;
+        dump.end = meta.window_end.0;
+        // Every record lies in the span the head states.
+        assert!(
+            self.starts
+                .iter()
+                .all(|&s| s >= dump.start && s <= dump.end),
+            "records outside [{}, {}]",
+            dump.start,
+            dump.end
+        );
+        let events = self.starts.len() as u64;
+        self.out.lock().unwrap().push(dump);
+        Ok(TraceOutput {
+            path: None,
+            events,
+            cycle: meta.cycle,
+        })
+    }
+}
+
+fn start(flight: FlightConfig, out: &Dumps) -> Session {
+    loop {
+        let out2 = out.clone();
+        let sinks = Box::new(move |_cycle: u32| -> std::io::Result<Box<dyn Sink>> {
+            Ok(Box::new(DumpSink {
+                dump: Dump::default(),
+                out: out2.clone(),
+                starts: Vec::new(),
+            }))
+        });
+        let config = SessionConfig {
+            log: Arc::new(|_| {}),
+            flight: Some(flight),
+            ..SessionConfig::default()
+        };
+        match Session::start(config, Vec::new(), sinks, None) {
+            Ok(s) => return s,
+            Err(SessionError::AlreadyRunning) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+/// One op span named `op{step}` inside the current step.
+fn op(step: u64) {
+    let name = crate::intern::intern(&format!("op{step}"));
+    let _g = crate::recorder::SpanGuard::enter(name, false);
+}
+
+/// Waits (up to a minute: a loaded machine) until `n` dumps are written.
+fn wait_dumps(out: &Dumps, n: usize) -> Vec<Dump> {
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        let d = out.lock().unwrap().clone();
+        if d.len() >= n || Instant::now() > end {
+            assert!(
+                d.len() >= n,
+                "{} dumps after 60 s, wanted {n}: {d:?}",
+                d.len()
+            );
+            return d;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn no_auto(span: FlightSpan) -> FlightConfig {
+    FlightConfig {
+        slow_step: None,
+        ..FlightConfig::new(span)
+    }
+}
+
+#[test]
+fn a_step_span_dump_holds_the_last_steps_and_recording_goes_on() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Dumps::default();
+    let session = start(no_auto(FlightSpan::Steps(5)), &out);
+    for s in 0..30 {
+        op(s);
+        session.step();
+    }
+    // Nothing is written until a trigger fires.
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(out.lock().unwrap().is_empty());
+    session
+        .flight_dump(FlightTrigger::Request("test".into()))
+        .unwrap();
+    let d = wait_dumps(&out, 1).remove(0);
+    // The last 5 whole steps and the one in progress (step 30, begun by the last step()).
+    assert_eq!(d.steps, vec![25, 26, 27, 28, 29, 30], "{d:?}");
+    assert_eq!(d.get("flight_trigger"), Some("request"));
+    assert_eq!(d.get("flight_first_step"), Some("25"));
+    assert_eq!(d.get("flight_last_step"), Some("30"));
+    assert_eq!(d.get("flight_span"), Some("5steps"));
+    assert_eq!(d.get("flight_cap_bound"), Some("false"));
+    // The last events are the ops of the final steps, none older than the span.
+    let mut ops = d.ops.clone();
+    ops.sort();
+    assert_eq!(ops, vec!["op25", "op26", "op27", "op28", "op29"], "{d:?}");
+    // Recording went on: a later dump holds later steps.
+    for s in 30..40 {
+        op(s);
+        session.step();
+    }
+    session
+        .flight_dump(FlightTrigger::Request("test".into()))
+        .unwrap();
+    let d = wait_dumps(&out, 2).remove(1);
+    assert_eq!(d.steps, vec![35, 36, 37, 38, 39, 40], "{d:?}");
+    // A flight recorder writes nothing at close by itself.
+    let outputs = session.stop();
+    assert_eq!(outputs.len(), 2);
+    assert_eq!(out.lock().unwrap().len(), 2);
+}
+
+#[test]
+fn a_slow_step_dumps_with_its_time_and_the_median() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Dumps::default();
+    let mut config = FlightConfig::new(FlightSpan::Time(Duration::from_secs(60)));
+    config.slow_step = Some(SlowStepRule {
+        factor: 3.0,
+        window: 20,
+        // Zero: a step the loaded machine made slow by accident cannot hold back the injected one.
+        min_interval: Duration::ZERO,
+    });
+    let session = start(config, &out);
+    let ms = Duration::from_millis;
+    for s in 0..20 {
+        op(s);
+        std::thread::sleep(ms(5));
+        session.step();
+    }
+    // Step 20: a 400 ms step, 80x the 5 ms ones (a loaded machine stretches them, not 27x).
+    op(20);
+    std::thread::sleep(ms(400));
+    session.step();
+    let dumps = wait_dumps(&out, 1);
+    let d = dumps
+        .iter()
+        .find(|d| d.get("flight_slow_step") == Some("20"))
+        .unwrap_or_else(|| panic!("no dump for step 20: {dumps:?}"));
+    assert_eq!(d.get("flight_trigger"), Some("slow_step"));
+    let dur: u64 = d.get("flight_slow_step_ns").unwrap().parse().unwrap();
+    let median: u64 = d.get("flight_median_step_ns").unwrap().parse().unwrap();
+    assert!(dur >= 400_000_000, "{dur}");
+    assert!(dur > 3 * median, "{dur} vs {median}");
+    assert!(d.get("flight_reason").unwrap().contains("step 20 took"));
+    // The slow step's op is the last one in it.
+    assert!(d.ops.iter().any(|o| o == "op20"), "{d:?}");
+    assert!(d.steps.contains(&20), "{d:?}");
+    drop(session);
+}
+
+#[test]
+fn a_hang_in_a_collective_dumps_naming_it() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Dumps::default();
+    let mut config = no_auto(FlightSpan::Time(Duration::from_secs(60)));
+    config.hang_after = Some(Duration::from_millis(300));
+    let session = start(config, &out);
+    for s in 0..3 {
+        op(s);
+        session.step();
+    }
+    // An all-reduce begins and never ends (its rank's peer never comes); no more steps.
+    let id = crate::recorder::next_span_id();
+    crate::recorder::push(CpuRecord::Begin {
+        name: crate::intern::intern("c10d::allreduce_"),
+        annotation: false,
+        start: crate::clock::Ticks::now(),
+        id,
+        args: crate::activity::OpArgs::NONE,
+    });
+    let d = wait_dumps(&out, 1).remove(0);
+    assert_eq!(d.get("flight_trigger"), Some("hang"), "{d:?}");
+    assert_eq!(d.get("flight_hang_op"), Some("c10d::allreduce_"));
+    assert_eq!(d.get("flight_hang_step"), Some("3"));
+    let stalled: u64 = d.get("flight_hang_stalled_ns").unwrap().parse().unwrap();
+    assert!(stalled >= 300_000_000, "{stalled}");
+    assert_eq!(d.steps, vec![0, 1, 2, 3]);
+    // Once per stall: no second dump while the same step hangs.
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(out.lock().unwrap().len(), 1);
+    crate::recorder::push(CpuRecord::End {
+        end: crate::clock::Ticks::now(),
+        id,
+    });
+    drop(session);
+}
+
+#[test]
+fn without_a_collective_open_a_long_step_is_no_hang() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Dumps::default();
+    let mut config = no_auto(FlightSpan::Time(Duration::from_secs(60)));
+    config.hang_after = Some(Duration::from_millis(100));
+    let session = start(config, &out);
+    session.step();
+    op(1);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(out.lock().unwrap().is_empty());
+    drop(session);
+}
+
+#[test]
+fn the_cap_binds_and_the_dump_says_what_it_covers() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Dumps::default();
+    let chunk = crate::flight::CHUNK_RECORDS;
+    let mut config = no_auto(FlightSpan::Time(Duration::from_secs(600)));
+    // Two chunks: the span wants everything, the cap keeps the newest two chunks at most.
+    config.memory_cap = 2 * chunk * std::mem::size_of::<Activity>();
+    let session = start(config, &out);
+    for s in 0..(4 * chunk as u64) {
+        op(s % 7);
+        if s % 1000 == 0 {
+            // Lets the collector drain before a ring fills.
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    session
+        .flight_dump(FlightTrigger::Request("test".into()))
+        .unwrap();
+    let d = wait_dumps(&out, 1).remove(0);
+    assert_eq!(d.get("flight_cap_bound"), Some("true"), "{:?}", d.meta);
+    let evicted: u64 = d.get("flight_cap_evicted").unwrap().parse().unwrap();
+    assert!(evicted >= chunk as u64, "{evicted}");
+    assert!(d.ops.len() <= 2 * chunk, "{}", d.ops.len());
+    let start: u64 = d.get("flight_start_ns").unwrap().parse().unwrap();
+    let wanted: u64 = d.get("flight_wanted_start_ns").unwrap().parse().unwrap();
+    assert!(start > wanted);
+    assert_eq!(start, d.start);
+    drop(session);
+}
+
+#[test]
+fn a_second_trigger_while_a_dump_is_queued_joins_it() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Dumps::default();
+    let session = start(no_auto(FlightSpan::Steps(3)), &out);
+    session.step();
+    // Holding the collector's lock keeps the first dump queued while the second comes.
+    let held = lock(&session.shared.collector);
+    session
+        .flight_dump(FlightTrigger::Request("first".into()))
+        .unwrap();
+    assert_eq!(
+        session.flight_dump(FlightTrigger::Signal("SIGUSR2".into())),
+        Err(FlightRefused::Busy)
+    );
+    drop(held);
+    wait_dumps(&out, 1);
+    // The next dump says one trigger was folded into the earlier one... and is accepted.
+    session
+        .flight_dump(FlightTrigger::Request("third".into()))
+        .unwrap();
+    let d = wait_dumps(&out, 2);
+    assert_eq!(d[0].get("flight_requested_by"), Some("first"));
+    assert_eq!(d[1].get("flight_merged_triggers"), Some("1"));
+    drop(session);
+}
+
+#[test]
+fn a_session_that_is_no_flight_recorder_refuses_dumps() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let session = loop {
+        let config = SessionConfig {
+            log: Arc::new(|_| {}),
+            trigger: Trigger::OnDemand,
+            ..SessionConfig::default()
+        };
+        let sinks = Box::new(|_c: u32| -> std::io::Result<Box<dyn Sink>> {
+            Err(std::io::Error::other("unused"))
+        });
+        match Session::start(config, Vec::new(), sinks, None) {
+            Ok(s) => break s,
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    };
+    let e = session
+        .flight_dump(FlightTrigger::Request("x".into()))
+        .unwrap_err();
+    assert_eq!(e, FlightRefused::NotFlight);
+    assert!(e.to_string().contains("KINETRACE_FLIGHT_RECORDER"));
+}
