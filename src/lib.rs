@@ -34,12 +34,15 @@ environment configuration and control socket) is `kinetrace-agent`'s job, built 
 #![forbid(unsafe_code)]
 
 pub use kinetrace_core::activity::{self, ActivitySet, ActivityType};
+pub use kinetrace_core::flight::{
+    FlightConfig, FlightSpan, FlightTrigger, SlowStepRule, DEFAULT_FLIGHT_MEMORY,
+};
 pub use kinetrace_core::intern::{intern, NameId};
 pub use kinetrace_core::recorder::{Callsite, SpanGuard};
 pub use kinetrace_core::schedule::{ProfilerAction, Schedule, ScheduleError, TimeWindow};
 pub use kinetrace_core::session::{
     CaptureDone, CaptureLength, CapturePlan, CaptureRefused, CaptureRequest, CaptureStart,
-    SessionStatus,
+    FlightRefused, SessionStatus,
 };
 pub use kinetrace_core::{
     ActivitySource, DistributedInfo, FrameworkOptions, FrameworkOverrides, ProcessGroupConfig,
@@ -55,7 +58,7 @@ mod profiler;
 
 #[cfg(feature = "tracing")]
 pub use layer::KinetraceLayer;
-pub use profiler::{Error, Profiler, ProfilerBuilder};
+pub use profiler::{Error, FlightHandle, Profiler, ProfilerBuilder};
 
 /// The ROCm tool entry points a library exporting `rocprofiler_configure` (the preload shim)
 /// forwards to; see `kinetrace_rocm::tool_configure` and `kinetrace_rocm::on_tool_initialized`.

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kinetrace_core::activity::Activity;
+use kinetrace_core::flight::{FlightConfig, FlightSpan, FlightTrigger, SlowStepRule};
 use kinetrace_core::schedule::{ProfilerAction, Schedule, ScheduleError, TimeWindow};
 use kinetrace_core::session::{
-    CapturePlan, CaptureRefused, CaptureRequest, LogFn, SessionConfig, SessionStatus,
-    TraceReadyCallback, Trigger,
+    CapturePlan, CaptureRefused, CaptureRequest, FlightRefused, LogFn, SessionConfig,
+    SessionStatus, TraceReadyCallback, Trigger,
 };
 use kinetrace_core::{
     ActivitySet, ActivitySource, DistributedInfo, FrameworkOptions, Session, SessionError, Sink,
@@ -123,6 +124,21 @@ impl Profiler {
         self.session.request_capture(request)
     }
 
+    /// Asks the flight recorder ([`ProfilerBuilder::flight_recorder`]) for a dump of the span it
+    /// keeps: the collector thread writes it (a normal trace whose head says why, the span and
+    /// steps it covers); this returns at once, and recording goes on. Refused when the flight
+    /// recorder is off, while stopping, and while another dump is queued (the trigger is then
+    /// counted in that dump's `flight_merged_triggers`).
+    pub fn flight_dump(&self, trigger: FlightTrigger) -> Result<(), FlightRefused> {
+        self.session.flight_dump(trigger)
+    }
+
+    /// A handle that asks for flight dumps from another thread without keeping the profiler
+    /// alive (an agent's control thread).
+    pub fn flight_handle(&self) -> FlightHandle {
+        FlightHandle(self.session.handle())
+    }
+
     /// Adds an activity source to the running profiler; it is enabled at once if a capture is
     /// open.
     pub fn add_source(&self, source: impl ActivitySource + 'static) {
@@ -197,6 +213,17 @@ impl Profiler {
     }
 }
 
+/// Asks a profiler for flight dumps from another thread ([`Profiler::flight_handle`]).
+#[derive(Clone, Debug)]
+pub struct FlightHandle(kinetrace_core::session::SessionHandle);
+
+impl FlightHandle {
+    /// [`Profiler::flight_dump`]; [`FlightRefused::Stopped`] once the profiler is gone.
+    pub fn flight_dump(&self, trigger: FlightTrigger) -> Result<(), FlightRefused> {
+        self.0.flight_dump(trigger)
+    }
+}
+
 /// Whether the GPU backend is added at start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Gpu {
@@ -231,6 +258,7 @@ pub struct ProfilerBuilder {
     dynolog_interval: Option<Duration>,
     dynolog_uid: Option<Option<u32>>,
     perfetto: bool,
+    flight: Option<FlightConfig>,
     errors: Vec<Error>,
 }
 
@@ -258,6 +286,7 @@ impl Default for ProfilerBuilder {
             dynolog_interval: None,
             dynolog_uid: None,
             perfetto: false,
+            flight: None,
             errors: Vec::new(),
         }
     }
@@ -478,6 +507,68 @@ impl ProfilerBuilder {
         self
     }
 
+    /// Runs as a flight recorder: records all the time, keeps the last `span` (`FlightSpan::Time`
+    /// or `FlightSpan::Steps`; [`FlightSpan::parse`] reads `60s` or `20steps`) in memory bounded by
+    /// [`flight_memory`](Self::flight_memory), and writes a trace of it only when a trigger fires:
+    /// [`Profiler::flight_dump`], or a slow step ([`flight_slow_step`](Self::flight_slow_step), on
+    /// by default: 3x the median of the last 20 steps, at most once a minute), or a hang
+    /// ([`flight_hang_after`](Self::flight_hang_after), off by default). The window settings
+    /// (schedule, time window, on demand) do not apply then.
+    pub fn flight_recorder(mut self, span: FlightSpan) -> Self {
+        let keep = self.flight;
+        let mut config = FlightConfig::new(span);
+        if let Some(k) = keep {
+            config.memory_cap = k.memory_cap;
+            config.slow_step = k.slow_step;
+            config.hang_after = k.hang_after;
+        }
+        self.flight = Some(config);
+        self
+    }
+
+    /// Bound on the memory of the records the flight recorder keeps (default 256 MiB). When it
+    /// binds, the oldest records go first and each dump says from when on it is complete. Turns
+    /// the flight recorder on (a 60 s span unless [`flight_recorder`](Self::flight_recorder) says).
+    pub fn flight_memory(mut self, bytes: usize) -> Self {
+        if bytes == 0 {
+            self.errors.push(Error::Config {
+                key: "flight_memory".into(),
+                message: "0 bytes; expected a size > 0, such as 256 << 20".into(),
+            });
+        }
+        self.flight_settings().memory_cap = bytes;
+        self
+    }
+
+    /// The flight recorder's slow-step trigger (`None`: off).
+    pub fn flight_slow_step(mut self, rule: Option<SlowStepRule>) -> Self {
+        if let Some(r) = rule {
+            if r.factor.is_nan() || r.factor <= 1.0 || !(2..=1024).contains(&r.window) {
+                self.errors.push(Error::Config {
+                    key: "flight_slow_step".into(),
+                    message: format!(
+                        "factor {} over {} steps; expected a factor > 1 and 2 to 1024 steps",
+                        r.factor, r.window
+                    ),
+                });
+            }
+        }
+        self.flight_settings().slow_step = rule;
+        self
+    }
+
+    /// The flight recorder's hang trigger: no step for `after` while a collective or a sync is
+    /// open (`None`: off).
+    pub fn flight_hang_after(mut self, after: Option<Duration>) -> Self {
+        self.flight_settings().hang_after = after;
+        self
+    }
+
+    fn flight_settings(&mut self) -> &mut FlightConfig {
+        self.flight
+            .get_or_insert_with(|| FlightConfig::new(FlightSpan::Time(Duration::from_secs(60))))
+    }
+
     /// Also write each trace in Perfetto's native format, `x.pt.trace.pftrace` beside
     /// `x.pt.trace.json[.gz]` (converted from the JSON once it is written, on the collector thread;
     /// captures asked for with their own sinks get no twin). A conversion that fails is one log line.
@@ -526,6 +617,7 @@ impl ProfilerBuilder {
             metadata: self.metadata,
             first_step: self.first_step,
             framework: self.framework,
+            flight: self.flight,
             ..SessionConfig::default()
         };
         config

@@ -67,10 +67,10 @@ pub use exit::signal_name;
 pub use kinetrace::rocm_tool;
 pub use log::{log, panicked, StderrWriter};
 pub use process::{
-    after_fork_child, at_exit, at_fatal_signal, cuda_initializing, foreign_cupti_client,
-    is_running, nvtx_attach, nvtx_pop, nvtx_push, nvtx_range, range_pop, range_push,
-    set_distributed_info, set_library_path, set_peer_uid, set_stderr_writer, signal_received, step,
-    torch_state, Install, EXIT_BUDGET,
+    after_fork_child, at_exit, at_fatal_signal, cuda_initializing, flight_exception,
+    foreign_cupti_client, is_running, nvtx_attach, nvtx_pop, nvtx_push, nvtx_range, range_pop,
+    range_push, set_distributed_info, set_library_path, set_peer_uid, set_stderr_writer,
+    signal_received, step, torch_state, Install, EXIT_BUDGET,
 };
 pub use serve::SubmitError;
 pub use start::{loaded_cupti_paths, no_cuda_message, StartError, MEMORY_WITHOUT_CUDA};

@@ -307,7 +307,8 @@ pub fn range_pop() {
 
 /// What the PyTorch side (the `sitecustomize` hook) should have on now, as bits: 1 = a window is
 /// open (warming up or recording) and PyTorch's ops are wanted, so its NVTX profiler state should be
-/// on; 2 = with input shapes; 4 = with `nn.Module` ranges. 0 when this process is not profiling.
+/// on; 2 = with input shapes; 4 = with `nn.Module` ranges; 32 = the flight recorder is on (an
+/// exception leaving the training loop writes a dump: [`flight_exception`]). 0 when this process is not profiling.
 pub fn torch_state() -> u32 {
     if let Some(state) = crate::embed::torch_state() {
         return state;
@@ -322,7 +323,25 @@ pub fn torch_state() -> u32 {
     }
     // The window's own options: a capture request may ask for more or less than the process's.
     let f = r.profiler.framework_options();
-    1 | (u32::from(f.record_shapes) << 1) | (u32::from(t.modules) << 2)
+    let flight = r.config.flight.span.is_some();
+    1 | (u32::from(f.record_shapes) << 1) | (u32::from(t.modules) << 2) | (u32::from(flight) << 5)
+}
+
+/// An exception is leaving the Python training loop (the `sitecustomize`'s `sys.excepthook`, with
+/// the flight recorder on, bit 32 of [`torch_state`]): a flight dump whose trigger names it. The
+/// dump is queued; the exit that follows waits for it within the exit budget. Whether one was
+/// queued.
+pub fn flight_exception(type_name: &str, message: &str) -> bool {
+    if PROCESS.phase.get() != Phase::Running {
+        return false;
+    }
+    let Some(r) = running() else { return false };
+    let message: String = message.chars().take(200).collect();
+    let trigger = kinetrace::FlightTrigger::Exception {
+        type_name: type_name.to_string(),
+        message,
+    };
+    r.profiler.flight_dump(trigger).is_ok()
 }
 
 /// What the job says of its distributed setup, as the JSON object torch.profiler writes as
@@ -435,6 +454,11 @@ fn end(ending: Ending) {
             let _ = std::fs::remove_file(p);
         }
     }
+    if let (Ending::Signal(s), Some(_)) = (ending, r.config.flight.span) {
+        // Queued before the close, so the collector writes it before it ends (within the budget).
+        let trigger = kinetrace::FlightTrigger::Exit(crate::exit::signal_name(s));
+        let _ = r.profiler.flight_dump(trigger);
+    }
     crate::exit::save_within_budget(&r.log, deadline, ending, || {
         r.profiler.close();
     });
@@ -482,7 +506,8 @@ fn ensure_started(event: Event) -> Install {
     });
     let (outcome, install) = match started {
         Ok(Ok(Some(r))) => {
-            let sigusr2 = r.config.signal.is_some();
+            let sigusr2 = r.config.signal.is_some()
+                || (r.config.flight.span.is_some() && r.config.flight.signal);
             let listen = r.config.control || sigusr2;
             let _ = PROCESS.running.set(r);
             if let Some(r) = running() {

@@ -71,7 +71,12 @@ pub(crate) fn start_control(r: &'static Running) {
                     s.poll(&handler);
                 }
                 if PROCESS.sigusr2.swap(false, Ordering::Relaxed) {
-                    if let Some(length) = r.config.signal {
+                    if r.config.flight.span.is_some() && r.config.flight.signal {
+                        let trigger = kinetrace::FlightTrigger::Signal("SIGUSR2".into());
+                        if let Err(e) = r.profiler.flight_dump(trigger) {
+                            (r.log)(&format!("SIGUSR2: no flight dump: {e}"));
+                        }
+                    } else if let Some(length) = r.config.signal {
                         match submit(r, length, None, None, None, None) {
                             Ok((plan, dir)) => (r.log)(&format!(
                                 "SIGUSR2: capturing {} into {}",
@@ -178,6 +183,22 @@ fn handle(r: &Running, request: Request) -> (Reply, Option<Receiver<Reply>>) {
             }
             let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
             (Reply::new("status", &fields), None)
+        }
+        Request::Dump => {
+            let trigger = kinetrace::FlightTrigger::Request("kinetrace trigger --dump".into());
+            match r.profiler.flight_dump(trigger) {
+                Ok(()) => (
+                    Reply::new(
+                        "accepted",
+                        &[("pid", &pid), ("dir", &r.root.display().to_string())],
+                    ),
+                    None,
+                ),
+                Err(e) => (
+                    Reply::new("refused", &[("pid", &pid), ("reason", &e.to_string())]),
+                    None,
+                ),
+            }
         }
         Request::Capture(spec) => {
             let (tx, rx) = std::sync::mpsc::channel();

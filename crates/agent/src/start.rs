@@ -189,6 +189,13 @@ pub(crate) fn build(
     if let Some(n) = config.rocm_max_events {
         builder = builder.rocm_max_events(n);
     }
+    if let Some(f) = config.flight.config() {
+        builder = builder
+            .flight_recorder(f.span)
+            .flight_memory(f.memory_cap)
+            .flight_slow_step(f.slow_step)
+            .flight_hang_after(f.hang_after);
+    }
     if !with_gpu {
         // The GPU backend is added when the GPU runtime initialises (`Profiler::add_gpu`).
         builder = builder.cpu_only();

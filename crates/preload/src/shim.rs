@@ -259,6 +259,30 @@ pub extern "C" fn kinetrace_torch_state() -> u32 {
     catch_unwind(agent::torch_state).unwrap_or(0)
 }
 
+/// An exception is leaving the Python training loop (the `sitecustomize`'s `sys.excepthook`, when
+/// bit 32 of [`kinetrace_torch_state`] says the flight recorder is on): queues a flight dump whose
+/// trigger names the exception's type. 1 if a dump was queued, 0 if not (the flight recorder is
+/// off, or a dump is already being written).
+///
+/// # Safety
+/// `type_name` and `message` are null or NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn kinetrace_flight_exception(
+    type_name: *const c_char,
+    message: *const c_char,
+) -> c_int {
+    let text = |p: *const c_char| {
+        if p.is_null() {
+            std::borrow::Cow::Borrowed("")
+        } else {
+            // SAFETY: per the contract, a NUL-terminated string.
+            String::from_utf8_lossy(unsafe { CStr::from_ptr(p) }.to_bytes())
+        }
+    };
+    let (t, m) = (text(type_name), text(message));
+    catch_unwind(|| c_int::from(agent::flight_exception(&t, &m))).unwrap_or(0)
+}
+
 /// Opens a named range on this thread (an `nn.Module` forward, from the Python side): a
 /// `user_annotation` span inside a window. Every call is matched by one [`kinetrace_range_pop`].
 ///

@@ -15,6 +15,7 @@ const FORM_NONNEG_INT: &str = "an integer >= 0, such as 10";
 const FORM_BOOL: &str = "1, 0, true or false";
 const FORM_DURATION: &str = "an integer with a unit ms, s or m, such as 500ms or 2s";
 const FORM_PATH: &str = "a non-empty path";
+const FORM_SIZE: &str = "a size with a unit KiB, MiB or GiB, such as 256MiB";
 
 /// Every key, in documentation order.
 pub static KEYS: &[Key] = &[
@@ -404,6 +405,94 @@ pub static KEYS: &[Key] = &[
               itself).",
         apply: |_, v| path(v).map(|_| ()),
     },
+    // ---- The flight recorder (docs/flight.md): its own block, so that keys added elsewhere
+    // merge without touching it.
+    Key {
+        env: Some("KINETRACE_FLIGHT_RECORDER"),
+        kineto: None,
+        form: kinetrace_core::flight::SPAN_FORM,
+        default: "off",
+        doc: "Run the flight recorder: record all the time, keep the last span (wall time or \
+              steps) in memory and write a trace of it only when a trigger fires (`kinetrace \
+              trigger --dump`, a slow step, a hang, SIGUSR2 with KINETRACE_FLIGHT_SIGNAL, SIGINT / \
+              SIGTERM / SIGHUP ending the process, an exception leaving a Python training loop). \
+              Replaces the capture window (setting both is an error).",
+        apply: |l, v| {
+            kinetrace::FlightSpan::parse(v)
+                .map(|s| l.flight_span = Some(s))
+                .map_err(|_| "is not a flight span".into())
+        },
+    },
+    Key {
+        env: Some("KINETRACE_FLIGHT_MEMORY"),
+        kineto: None,
+        form: FORM_SIZE,
+        default: "256MiB",
+        doc: "Bound on the memory of the records the flight recorder keeps, per process. When it \
+              binds, the oldest records go first and each dump says from when on it is complete \
+              (`flight_cap_bound`, `flight_start_ns`).",
+        apply: |l, v| size(v).map(|n| l.flight_memory = Some(n)),
+    },
+    Key {
+        env: Some("KINETRACE_FLIGHT_SIGNAL"),
+        kineto: None,
+        form: FORM_BOOL,
+        default: "0",
+        doc: "With the flight recorder, SIGUSR2 writes a dump. Off by default: the job's own \
+              SIGUSR2 handling is left alone (a handler is installed only when this is on).",
+        apply: |l, v| boolean(v).map(|b| l.flight_signal = Some(b)),
+    },
+    Key {
+        env: Some("KINETRACE_FLIGHT_SLOW_STEP"),
+        kineto: None,
+        form: "off, or a factor > 1 with at most two decimals, such as 3 or 2.5",
+        default: "3",
+        doc: "The slow-step trigger: a step longer than this many times the median of the last \
+              KINETRACE_FLIGHT_SLOW_WINDOW steps writes a dump (at most one per \
+              KINETRACE_FLIGHT_SLOW_INTERVAL).",
+        apply: |l, v| slow_factor(v).map(|f| l.flight_slow = Some(f)),
+    },
+    Key {
+        env: Some("KINETRACE_FLIGHT_SLOW_WINDOW"),
+        kineto: None,
+        form: "an integer from 2 to 1024, such as 20",
+        default: "20",
+        doc: "How many earlier steps the slow-step median is taken over.",
+        apply: |l, v| {
+            pos_u32(v).and_then(|n| {
+                if (2..=1024).contains(&n) {
+                    l.flight_slow_window = Some(n);
+                    Ok(())
+                } else {
+                    Err("is not from 2 to 1024".into())
+                }
+            })
+        },
+    },
+    Key {
+        env: Some("KINETRACE_FLIGHT_SLOW_INTERVAL"),
+        kineto: None,
+        form: FORM_DURATION,
+        default: "60s",
+        doc: "The shortest time between two slow-step dumps.",
+        apply: |l, v| duration(v, true).map(|d| l.flight_slow_interval = Some(d)),
+    },
+    Key {
+        env: Some("KINETRACE_FLIGHT_HANG"),
+        kineto: None,
+        form: "off, or a duration such as 5m or 30s",
+        default: "off",
+        doc: "The hang trigger: no step for this long while a collective (`c10d::`, NCCL, Gloo, \
+              `record_param_comms`) or a synchronize call is open on some thread writes a dump \
+              naming it (once per stall; on a multi-rank job, every rank that sees it).",
+        apply: |l, v| {
+            if v == "off" {
+                l.flight_hang = Some(None);
+                return Ok(());
+            }
+            duration(v, false).map(|d| l.flight_hang = Some(Some(d)))
+        },
+    },
 ];
 
 /// A uid: an integer from 0 to 4294967294 (-1 is no uid).
@@ -424,4 +513,49 @@ fn poll_interval(v: &str) -> Result<Duration, String> {
             Ok(d)
         }
     })
+}
+
+/// A size in bytes: `256MiB`, `1GiB`, `512KiB` (at least 1 MiB).
+fn size(v: &str) -> Result<usize, String> {
+    let split = v.find(|c: char| !c.is_ascii_digit()).ok_or("has no unit")?;
+    let (digits, unit) = v.split_at(split);
+    let n: usize = digits.parse().map_err(|_| "is not a size")?;
+    let shift = match unit.trim() {
+        "KiB" => 10,
+        "MiB" => 20,
+        "GiB" => 30,
+        _ => return Err("is not a size".into()),
+    };
+    let bytes = n
+        .checked_shl(shift)
+        .filter(|b| b >> shift == n)
+        .ok_or("is too large")?;
+    if bytes < 1 << 20 {
+        return Err("is under 1MiB".into());
+    }
+    Ok(bytes)
+}
+
+/// A slow-step factor in hundredths (`3` is 300), or `None` for `off`.
+fn slow_factor(v: &str) -> Result<Option<u32>, String> {
+    if v == "off" {
+        return Ok(None);
+    }
+    let (int, frac) = v.split_once('.').unwrap_or((v, ""));
+    if int.is_empty()
+        || frac.len() > 2
+        || !(int.bytes().chain(frac.bytes())).all(|b| b.is_ascii_digit())
+    {
+        return Err("is not a factor".into());
+    }
+    let whole: u32 = int.parse().map_err(|_| "is too large")?;
+    let hundredths: u32 = format!("{frac:0<2}").parse().unwrap_or(0);
+    let f = whole
+        .checked_mul(100)
+        .and_then(|w| w.checked_add(hundredths))
+        .ok_or("is too large")?;
+    if f <= 100 {
+        return Err("is not above 1".into());
+    }
+    Ok(Some(f))
 }

@@ -338,6 +338,25 @@ impl Config {
             if let Some(v) = layer.dynolog_uid {
                 c.dynolog_uid = Some(v);
             }
+            let f = &mut c.flight;
+            f.span = layer.flight_span.or(f.span);
+            f.memory = layer.flight_memory.unwrap_or(f.memory);
+            f.signal = layer.flight_signal.unwrap_or(f.signal);
+            f.slow_factor = layer.flight_slow.unwrap_or(f.slow_factor);
+            f.slow_window = layer.flight_slow_window.unwrap_or(f.slow_window);
+            f.slow_interval = layer.flight_slow_interval.unwrap_or(f.slow_interval);
+            f.hang = layer.flight_hang.unwrap_or(f.hang);
+        }
+        if c.flight.span.is_some() && c.window != Window::OnDemand {
+            return Err(ConfigError {
+                key: "KINETRACE_FLIGHT_RECORDER".into(),
+                origin: Origin::Env,
+                message: format!(
+                    "conflicts with the capture window ({:?}): the flight recorder records all \
+                     the time and writes on a trigger; keep one",
+                    c.window
+                ),
+            });
         }
         Ok(c)
     }

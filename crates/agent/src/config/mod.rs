@@ -132,6 +132,58 @@ pub struct Config {
     pub dynolog_interval: Duration,
     /// A uid besides root and the job's own whose dynolog replies count (`KINETRACE_DYNOLOG_UID`).
     pub dynolog_uid: Option<u32>,
+    /// The flight recorder (`KINETRACE_FLIGHT_*`).
+    pub flight: FlightSettings,
+}
+
+/// The flight recorder's settings (`KINETRACE_FLIGHT_*`; see docs/flight.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlightSettings {
+    /// What it keeps (`None`: the flight recorder is off).
+    pub span: Option<kinetrace::FlightSpan>,
+    /// Bound on the bytes of the records kept.
+    pub memory: usize,
+    /// SIGUSR2 writes a dump.
+    pub signal: bool,
+    /// The slow-step factor in hundredths (`None`: off).
+    pub slow_factor: Option<u32>,
+    /// Steps the slow-step median is over.
+    pub slow_window: u32,
+    /// Shortest time between slow-step dumps.
+    pub slow_interval: Duration,
+    /// The hang trigger's stall time (`None`: off).
+    pub hang: Option<Duration>,
+}
+
+impl Default for FlightSettings {
+    fn default() -> Self {
+        FlightSettings {
+            span: None,
+            memory: kinetrace::DEFAULT_FLIGHT_MEMORY,
+            signal: false,
+            slow_factor: Some(300),
+            slow_window: 20,
+            slow_interval: Duration::from_secs(60),
+            hang: None,
+        }
+    }
+}
+
+impl FlightSettings {
+    /// The profiler's flight configuration, when the flight recorder is on.
+    pub fn config(&self) -> Option<kinetrace::FlightConfig> {
+        let span = self.span?;
+        Some(kinetrace::FlightConfig {
+            span,
+            memory_cap: self.memory,
+            slow_step: self.slow_factor.map(|f| kinetrace::SlowStepRule {
+                factor: f64::from(f) / 100.0,
+                window: self.slow_window,
+                min_interval: self.slow_interval,
+            }),
+            hang_after: self.hang,
+        })
+    }
 }
 
 /// The framework view of a PyTorch process (the `sitecustomize` that `kinetrace record` installs
@@ -189,6 +241,7 @@ impl Default for Config {
             dynolog: false,
             dynolog_interval: Duration::from_secs(5),
             dynolog_uid: None,
+            flight: FlightSettings::default(),
         }
     }
 }
@@ -332,6 +385,13 @@ struct Layer {
     dynolog: Option<bool>,
     dynolog_interval: Option<Duration>,
     dynolog_uid: Option<u32>,
+    flight_span: Option<kinetrace::FlightSpan>,
+    flight_memory: Option<usize>,
+    flight_signal: Option<bool>,
+    flight_slow: Option<Option<u32>>,
+    flight_slow_window: Option<u32>,
+    flight_slow_interval: Option<Duration>,
+    flight_hang: Option<Option<Duration>>,
     /// Which key set each field, for conflict messages.
     names: Vec<(&'static str, &'static str)>,
 }

@@ -8,6 +8,8 @@
 //! → status
 //! ← status pid=4242 step=10 action=NONE capture=none traces=0
 //! ← refused pid=4242 reason=busy:%20...
+//! → dump                                     (the flight recorder writes its span)
+//! ← accepted pid=4242 dir=/traces
 //! ```
 
 use std::fmt;
@@ -61,6 +63,8 @@ pub enum Request {
     Capture(CaptureSpec),
     /// Report the process's state.
     Status,
+    /// Write a flight-recorder dump now (`kinetrace trigger --dump`).
+    Dump,
 }
 
 /// What to capture.
@@ -124,6 +128,7 @@ impl Request {
     pub fn encode(&self) -> String {
         match self {
             Request::Status => "status".into(),
+            Request::Dump => "dump".into(),
             Request::Capture(c) => {
                 let mut f: Vec<(String, String)> = Vec::new();
                 match c.length {
@@ -165,6 +170,7 @@ impl Request {
         };
         match verb.as_str() {
             "status" => Ok(Request::Status),
+            "dump" => Ok(Request::Dump),
             "capture" => {
                 let length = match (num("steps")?, num("duration_ms")?) {
                     (Some(n), None) => CaptureLength::Steps(
@@ -255,6 +261,10 @@ mod tests {
         assert_eq!(r.encode(), "capture duration_ms=500 delay_ms=1000");
         assert_eq!(Request::decode(&r.encode()).unwrap(), r);
         assert_eq!(Request::decode("status").unwrap(), Request::Status);
+        assert_eq!(
+            Request::decode(&Request::Dump.encode()).unwrap(),
+            Request::Dump
+        );
         assert_eq!(
             Request::decode("capture steps=1 duration_ms=3").unwrap_err(),
             ProtocolError::LengthNotOne
