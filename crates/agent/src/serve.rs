@@ -190,7 +190,11 @@ fn handle(r: &Running, request: Request) -> (Reply, Option<Receiver<Reply>>) {
                 Ok(()) => (
                     Reply::new(
                         "accepted",
-                        &[("pid", &pid), ("dir", &r.root.display().to_string())],
+                        &[
+                            ("pid", &pid),
+                            ("dir", &r.root.display().to_string()),
+                            ("plan", "dump"),
+                        ],
                     ),
                     None,
                 ),

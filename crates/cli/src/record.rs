@@ -90,6 +90,7 @@ const FLAG_OF_KEY: &[(&str, &str)] = &[
     ("KINETRACE_RANKS", "--ranks"),
     ("KINETRACE_ACTIVITIES", "--activities"),
     ("KINETRACE_SIGNAL", "--signal"),
+    ("KINETRACE_FLIGHT_RECORDER", "--flight"),
     ("KINETRACE_STEP_NVTX", "--step-nvtx"),
     ("KINETRACE_LOG", "--log"),
 ];
@@ -122,6 +123,11 @@ pub struct RecordArgs {
     /// Record nothing until `kinetrace trigger` asks.
     #[arg(long, group = "window")]
     pub on_demand: bool,
+    /// Flight recorder: keep the last SPAN (60s, 20steps) in memory and write it only when a
+    /// trigger fires (`kinetrace trigger --dump`, a slow step, SIGINT/SIGTERM/SIGHUP; see
+    /// docs/flight.md).
+    #[arg(long, value_name = "SPAN", group = "window")]
+    pub flight: Option<String>,
     /// Only these ranks profile (RANK, else LOCAL_RANK, else 0), e.g. 0,8 or 0-3.
     #[arg(long, value_name = "LIST")]
     pub ranks: Option<String>,
@@ -243,10 +249,12 @@ impl RecordArgs {
         window("KINETRACE_DURATION", &self.duration, &mut set);
         window("KINETRACE_DELAY", &self.delay, &mut set);
         window("KINETRACE_SCHEDULE", &self.schedule, &mut set);
+        window("KINETRACE_FLIGHT_RECORDER", &self.flight, &mut set);
         let chose_window = !set.is_empty() || self.on_demand;
         if chose_window {
             // The command line's window replaces any window from the environment.
             remove.extend(WINDOW_ENV_KEYS.iter().map(|k| k.to_string()));
+            remove.push("KINETRACE_FLIGHT_RECORDER".into());
         }
         let mut opt = |k: &str, v: Option<String>| {
             if let Some(v) = v {
@@ -305,7 +313,7 @@ impl RecordArgs {
         match Config::from_vars(&child, |p| std::fs::read_to_string(p)) {
             Ok(c) => {
                 torch_ops = c.torch.ops;
-                if c.window == Window::OnDemand && !chose_window {
+                if c.window == Window::OnDemand && !chose_window && c.flight.span.is_none() {
                     set.push(("KINETRACE_WHOLE_RUN".into(), "1".into()));
                 }
             }

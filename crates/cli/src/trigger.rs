@@ -23,7 +23,9 @@ EXIT STATUS: 0 if every process asked accepted (and, with --wait, wrote its trac
 EXAMPLES:
   kinetrace trigger --all --iterations 3
   kinetrace trigger --pid 4242 --duration 500ms --out incident-17 --wait
-  kinetrace trigger --status";
+  kinetrace trigger --status
+  kinetrace trigger --dump 4242        (a flight recorder writes the span it keeps)
+  kinetrace trigger --dump --all";
 
 /// `kinetrace trigger`.
 #[derive(Debug, Args)]
@@ -66,6 +68,10 @@ pub struct TriggerArgs {
     /// Report each process's state instead of capturing.
     #[arg(long, group = "what")]
     pub status: bool,
+    /// Ask the flight recorder (record --flight, KINETRACE_FLIGHT_RECORDER) of process PID (or
+    /// of those chosen with --pid / --all) to write the span it keeps now.
+    #[arg(long, value_name = "PID", num_args = 0..=1, group = "what")]
+    pub dump: Option<Option<u32>>,
     /// The socket directory (default: $KINETRACE_CONTROL_DIR, else /tmp/kinetrace-<uid>).
     #[arg(long, value_name = "DIR")]
     pub control_dir: Option<PathBuf>,
@@ -87,8 +93,12 @@ pub struct TriggerPlan {
 impl TriggerArgs {
     /// Checks the arguments and builds the request.
     pub fn plan(self) -> Result<TriggerPlan> {
+        let mut pid = self.pid;
         let request = if self.status {
             Request::Status
+        } else if let Some(dump_pid) = self.dump {
+            pid.extend(dump_pid);
+            Request::Dump
         } else {
             let length = match (self.iterations, &self.duration) {
                 (Some(0), _) => bail!("--iterations must be at least 1"),
@@ -117,7 +127,7 @@ impl TriggerArgs {
             .control_dir
             .or_else(|| std::env::var_os("KINETRACE_CONTROL_DIR").map(PathBuf::from))
             .unwrap_or_else(default_control_dir);
-        let pids = (!self.pid.is_empty()).then_some(self.pid);
+        let pids = (!pid.is_empty()).then_some(pid);
         Ok(TriggerPlan {
             request,
             pids,
@@ -231,6 +241,9 @@ impl TriggerPlan {
 pub fn describe(pid: u32, r: &Reply) -> String {
     let g = |k: &str| r.get(k).unwrap_or("?").to_string();
     match r.verb.as_str() {
+        "accepted" if r.get("plan") == Some("dump") => {
+            format!("pid {pid}: accepted: flight dump into {}", g("dir"))
+        }
         "accepted" => {
             let plan = g("plan");
             let what = if let Some(s) = plan.strip_prefix("steps:") {
@@ -328,6 +341,11 @@ mod tests {
             plan(&["kinetrace", "trigger", "--status"]).unwrap().request,
             Request::Status
         );
+        let p = plan(&["kinetrace", "trigger", "--dump", "77"]).unwrap();
+        assert_eq!((p.request, p.pids), (Request::Dump, Some(vec![77])));
+        let p = plan(&["kinetrace", "trigger", "--dump", "--all"]).unwrap();
+        assert_eq!((p.request, p.pids, p.all), (Request::Dump, None, true));
+        assert!(plan(&["kinetrace", "trigger", "--dump", "--iterations", "3"]).is_err());
     }
 
     #[test]

@@ -881,3 +881,196 @@ fn record_leaves_the_files_of_a_process_that_outlives_it() {
     }
     assert_eq!(w.traces().len(), 1);
 }
+
+/// The head keys and the (ProfilerStep numbers, kernel steps) of a flight dump.
+fn flight_dump(path: &Path) -> (Value, Vec<u64>, Vec<u64>) {
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let (s, k) = steps(path);
+    (v, s, k)
+}
+
+/// Waits until `n` traces are in the trace root (a dump is written by the job's collector while
+/// the job runs on), or fails with what `r` printed.
+fn wait_traces(w: &World, n: usize, r: Watched) -> (Watched, Vec<PathBuf>) {
+    let end = Instant::now() + RUN;
+    loop {
+        let t = w.traces();
+        if t.len() >= n {
+            return (r, t);
+        }
+        if Instant::now() > end {
+            r.fail(&format!("{} traces after {RUN:?}, wanted {n}", t.len()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `record --flight`: a slow step writes one dump of the span before it, stating the slow step's
+/// time and the median; the job's output and exit code are its own; nothing else is written.
+#[test]
+fn flight_a_slow_step_dumps_the_steps_before_it() {
+    let w = World::new();
+    let o = output(
+        w.kinetrace(&[])
+            // A step the loaded machine stretched by chance must not hold back the injected one.
+            .env("KINETRACE_FLIGHT_SLOW_INTERVAL", "0s")
+            .args([
+                "record",
+                "--flight",
+                "8steps",
+                "--no-summary",
+                "-o",
+                "traces",
+                "--",
+            ])
+            .arg(&built().train)
+            .args(["40", "--cuda", "--sleep-ms", "5", "--slow-step", "30"])
+            .args(["--slow-ms", "600", "--exit-code", "3"]),
+        RUN,
+    );
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        text(&o.stdout).contains("fake_train: done 40 steps"),
+        "{err}"
+    );
+    let dumps: Vec<_> = w.traces().iter().map(|p| flight_dump(p)).collect();
+    let (head, steps, kernels) = dumps
+        .iter()
+        .find(|(v, _, _)| v["flight_slow_step"] == "30")
+        .unwrap_or_else(|| panic!("no dump of step 30 among {}: {err}", dumps.len()));
+    assert_eq!(head["flight_trigger"], "slow_step");
+    let slow: u64 = head["flight_slow_step_ns"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let median: u64 = head["flight_median_step_ns"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        slow >= 600_000_000 && slow > 3 * median,
+        "{slow} vs {median}"
+    );
+    // 8 whole steps and the one just begun, with their kernels (the job launches a step's
+    // kernels as it begins, so step 31's may be in too).
+    assert_eq!(*steps, (23..=31).collect::<Vec<u64>>(), "{head}");
+    assert!(kernels.contains(&30) && kernels.contains(&23), "{kernels:?}");
+    assert!(kernels.iter().all(|k| (23..=31).contains(k)), "{kernels:?}");
+    assert_eq!(head["flight_first_step"], "23");
+    assert_eq!(head["kinetrace_partial_step"], "31");
+    assert!(err.contains("flight dump (step 30 took"), "{err}");
+}
+
+/// `kinetrace trigger --dump` asks a running flight recorder for its span; the job goes on, and a
+/// second dump later holds later steps.
+#[test]
+fn flight_trigger_dump_writes_the_kept_steps_and_recording_goes_on() {
+    let w = World::new();
+    let stop = w.tmp.path().join("stop");
+    let r = Watched::spawn(
+        w.kinetrace(&[])
+            .env("KINETRACE_FLIGHT_SLOW_STEP", "off")
+            .args([
+                "record",
+                "--flight",
+                "5steps",
+                "--no-summary",
+                "-o",
+                "traces",
+                "--",
+            ])
+            .arg(&built().train)
+            .args(["100000", "--cuda", "--sleep-ms", "5", "--progress"])
+            .arg("--stop-file")
+            .arg(&stop),
+    )
+    .wait_for_stdout("fake_train: step 20\n", RUN);
+    let o = output(&mut w.kinetrace(&["trigger", "--dump"]), RUN);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
+    assert!(out.contains(": accepted: flight dump into "), "{out}");
+    let (r, first) = wait_traces(&w, 1, r);
+    let (head, steps, kernels) = flight_dump(&first[0]);
+    assert_eq!(head["flight_trigger"], "request", "{head}");
+    assert_eq!(head["flight_span"], "5steps");
+    // Five whole steps and the one in progress, consecutive; their kernels too.
+    assert_eq!(steps.len(), 6, "{steps:?}");
+    assert!(steps.windows(2).all(|p| p[1] == p[0] + 1), "{steps:?}");
+    // Asked after step 20 ended: the step in progress is a later one.
+    assert!(steps[5] >= 21, "{steps:?}");
+    assert!(
+        kernels.iter().all(|k| steps.contains(k)),
+        "{kernels:?} {steps:?}"
+    );
+    let r = r.wait_for_stdout(&format!("fake_train: step {}\n", steps[5] + 10), RUN);
+    let o = output(&mut w.kinetrace(&["trigger", "--dump", "--all"]), RUN);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
+    let (r, both) = wait_traces(&w, 2, r);
+    let later = both.iter().find(|p| **p != first[0]).unwrap();
+    let (_, later_steps, _) = flight_dump(later);
+    assert!(later_steps[0] > steps[5], "{later_steps:?} after {steps:?}");
+    std::fs::write(&stop, "").unwrap();
+    let o = r.finish(RUN);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(
+        w.traces().len(),
+        2,
+        "a flight recorder writes nothing at exit"
+    );
+}
+
+/// SIGINT ending the job dumps the span (the exit path's budget), and the job still dies of it;
+/// SIGUSR2 dumps only where KINETRACE_FLIGHT_SIGNAL asks for it.
+#[test]
+fn flight_sigusr2_and_the_ending_signal_dump() {
+    let w = World::new();
+    let ready = w.tmp.path().join("ready");
+    let r = Watched::spawn(
+        w.kinetrace(&[])
+            .env("KINETRACE_FLIGHT_SIGNAL", "1")
+            .env("KINETRACE_FLIGHT_SLOW_STEP", "off")
+            .args([
+                "record",
+                "--flight",
+                "30s",
+                "--no-summary",
+                "-o",
+                "traces",
+                "--",
+            ])
+            .arg(&built().train)
+            .args(["100000", "--cuda", "--sleep-ms", "5", "--progress"])
+            .arg("--ready-file")
+            .arg(&ready),
+    )
+    .wait_for_stdout("fake_train: step 10\n", RUN);
+    let job: u32 = std::fs::read_to_string(&ready).unwrap().parse().unwrap();
+    send(job, rustix::process::Signal::USR2);
+    let (r, t) = wait_traces(&w, 1, r);
+    let (head, steps, _) = flight_dump(&t[0]);
+    assert_eq!(head["flight_trigger"], "signal", "{head}");
+    assert_eq!(head["flight_signal"], "SIGUSR2");
+    assert!(
+        steps.contains(&5),
+        "a 30 s span holds every step so far: {steps:?}"
+    );
+    let r = r.wait_for_stdout(
+        &format!("fake_train: step {}\n", steps.last().unwrap() + 5),
+        RUN,
+    );
+    send(job, rustix::process::Signal::TERM);
+    let o = r.finish(RUN);
+    assert_eq!(o.status.signal(), Some(15), "{}", text(&o.stderr));
+    let t = w.traces();
+    assert_eq!(t.len(), 2, "{}", text(&o.stderr));
+    let last = t
+        .iter()
+        .map(|p| flight_dump(p))
+        .find(|(v, _, _)| v["flight_trigger"] == "exit")
+        .unwrap_or_else(|| panic!("no exit dump: {}", text(&o.stderr)));
+    assert_eq!(last.0["flight_signal"], "SIGTERM");
+    assert!(last.1.len() > steps.len(), "{:?}", last.1);
+}

@@ -22,6 +22,7 @@
 //! multiprocessing workers); the parent waits for it and prints `fake_train: child status S`.
 //! `--default-sigpipe` restores SIGPIPE's default action (Rust programs ignore it; C programs do
 //! not), so a write to a closed pipe kills the process as it would kill a C job.
+//! `--slow-step N --slow-ms MS` makes step N sleep MS instead of `--sleep-ms`.
 //! `--progress` prints `fake_train: step N` after each step call. `--on-sigint-exit C` handles
 //! SIGINT itself, as a job with a Ctrl-C handler does (installed before anything else): the handler
 //! sets a flag, and the job stops at the next step boundary, prints `fake_train: interrupted` and
@@ -196,6 +197,13 @@ fn main() {
         }
     }
     let stop_file = arg_after(&args, "--stop-file");
+    // `--slow-step N --slow-ms MS`: step N sleeps MS instead (a flight recorder's slow step).
+    let slow_step: Option<u64> = arg_after(&args, "--slow-step").and_then(|s| s.parse().ok());
+    let slow = Duration::from_millis(
+        arg_after(&args, "--slow-ms")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0),
+    );
     let mut done = 0;
     for step in 0..steps {
         if stop_file
@@ -221,7 +229,7 @@ fn main() {
                 println!("fake_train: takeover rc={rc}");
             }
         }
-        std::thread::sleep(sleep);
+        std::thread::sleep(if slow_step == Some(step) { slow } else { sleep });
         if let Some(f) = step_fn {
             // SAFETY: (test program) `void kinetrace_step(void)`.
             unsafe { f() };

@@ -93,7 +93,22 @@ impl Collector {
         };
         self.route_pending(shared);
         if self.window.as_ref().is_some_and(|w| w.recording) {
-            self.poll_sources(shared);
+            // Forced out, as at a window's end: device work done so far belongs in the dump.
+            let mut polled = std::mem::take(&mut self.polled);
+            polled.clear();
+            {
+                let mut sources = lock(&shared.sources);
+                let super::super::Sources { list, failed } = &mut *sources;
+                for (src, failed) in list.iter_mut().zip(failed.iter()) {
+                    if !*failed {
+                        src.flush(&mut |a| polled.push(*a));
+                    }
+                }
+            }
+            for a in polled.drain(..) {
+                self.route(a, shared);
+            }
+            self.polled = polled;
         }
         let (span_start, in_progress) = {
             let c = lock(&shared.control);
