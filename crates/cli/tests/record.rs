@@ -957,7 +957,10 @@ fn flight_a_slow_step_dumps_the_steps_before_it() {
     // 8 whole steps and the one just begun, with their kernels (the job launches a step's
     // kernels as it begins, so step 31's may be in too).
     assert_eq!(*steps, (23..=31).collect::<Vec<u64>>(), "{head}");
-    assert!(kernels.contains(&30) && kernels.contains(&23), "{kernels:?}");
+    assert!(
+        kernels.contains(&30) && kernels.contains(&23),
+        "{kernels:?}"
+    );
     assert!(kernels.iter().all(|k| (23..=31).contains(k)), "{kernels:?}");
     assert_eq!(head["flight_first_step"], "23");
     assert_eq!(head["kinetrace_partial_step"], "31");

@@ -143,6 +143,16 @@ fn every_malformed_value_names_the_key_and_the_accepted_form() {
         ("KINETRACE_CONTROL", "maybe"),
         ("KINETRACE_CONTROL_DIR", ""),
         ("KINETRACE_SIGNAL", "loud"),
+        ("KINETRACE_FLIGHT_RECORDER", "60"),
+        ("KINETRACE_FLIGHT_RECORDER", "0steps"),
+        ("KINETRACE_FLIGHT_MEMORY", "256"),
+        ("KINETRACE_FLIGHT_MEMORY", "12KiB"),
+        ("KINETRACE_FLIGHT_SIGNAL", "usr2"),
+        ("KINETRACE_FLIGHT_SLOW_STEP", "1"),
+        ("KINETRACE_FLIGHT_SLOW_STEP", "2.555"),
+        ("KINETRACE_FLIGHT_SLOW_WINDOW", "1"),
+        ("KINETRACE_FLIGHT_SLOW_INTERVAL", "60"),
+        ("KINETRACE_FLIGHT_HANG", "0s"),
         ("KINETRACE_CUPTI_PATH", ""),
         ("KINETRACE_ROCPROFILER_SDK_PATH", ""),
         ("KINETRACE_ROCTRACER_PATH", ""),
@@ -425,4 +435,53 @@ fn dynolog_is_opt_in_and_its_interval_has_two_spellings() {
     assert_eq!(env(&[]).unwrap().dynolog_uid, None);
     let c = env(&[("KINETRACE_DYNOLOG_UID", "998")]).unwrap();
     assert_eq!(c.dynolog_uid, Some(998));
+}
+
+#[test]
+fn flight_recorder_keys() {
+    let c = env(&[
+        ("KINETRACE_FLIGHT_RECORDER", "20steps"),
+        ("KINETRACE_FLIGHT_MEMORY", "64MiB"),
+        ("KINETRACE_FLIGHT_SIGNAL", "1"),
+        ("KINETRACE_FLIGHT_SLOW_STEP", "2.5"),
+        ("KINETRACE_FLIGHT_SLOW_WINDOW", "50"),
+        ("KINETRACE_FLIGHT_SLOW_INTERVAL", "10s"),
+        ("KINETRACE_FLIGHT_HANG", "5m"),
+    ])
+    .unwrap();
+    let f = c.flight.config().unwrap();
+    assert_eq!(f.span, kinetrace::FlightSpan::Steps(20));
+    assert_eq!(f.memory_cap, 64 << 20);
+    assert!(c.flight.signal);
+    let rule = f.slow_step.unwrap();
+    assert_eq!((rule.factor, rule.window), (2.5, 50));
+    assert_eq!(rule.min_interval, Duration::from_secs(10));
+    assert_eq!(f.hang_after, Some(Duration::from_secs(300)));
+    // Defaults: off; when on, 256 MiB, 3x over 20 steps at most once a minute, no hang check.
+    assert_eq!(env(&[]).unwrap().flight.config(), None);
+    let f = env(&[("KINETRACE_FLIGHT_RECORDER", "60s")])
+        .unwrap()
+        .flight
+        .config()
+        .unwrap();
+    assert_eq!(f.memory_cap, 256 << 20);
+    assert_eq!(f.slow_step, Some(kinetrace::SlowStepRule::default()));
+    assert_eq!(f.hang_after, None);
+    let off = env(&[
+        ("KINETRACE_FLIGHT_RECORDER", "60s"),
+        ("KINETRACE_FLIGHT_SLOW_STEP", "off"),
+    ])
+    .unwrap();
+    assert_eq!(off.flight.config().unwrap().slow_step, None);
+    // A capture window beside it is a conflict, named.
+    let e = env(&[
+        ("KINETRACE_FLIGHT_RECORDER", "60s"),
+        ("KINETRACE_STEPS", "1-3"),
+    ])
+    .unwrap_err();
+    assert_eq!(e.key, "KINETRACE_FLIGHT_RECORDER");
+    assert!(
+        e.message.contains("conflicts with the capture window"),
+        "{e}"
+    );
 }

@@ -508,7 +508,7 @@ mod tests {
                 c.fetch_add(1, Ordering::SeqCst);
                 match r {
                     Request::Status => (Reply::new("status", &[("step", "4")]), None),
-                    Request::Capture(_) => (Reply::new("accepted", &[]), None),
+                    Request::Capture(_) | Request::Dump => (Reply::new("accepted", &[]), None),
                 }
             };
             while !s.load(Ordering::SeqCst) {
