@@ -24,6 +24,10 @@ import ctypes
 import os
 import sys
 
+# The flight recorder's bit of the shim's state: an exception leaving the training loop dumps.
+FLIGHT = 32
+# Whether sys.excepthook is chained to the flight recorder.
+_excepthook_chained = False
 # What is on now (the shim's bits: 1 ops, 2 shapes, 4 modules), and the module hook handles.
 _on = 0
 _hooks = []
@@ -73,6 +77,10 @@ def sync(lib):
         want = int(lib.kinetrace_torch_state())
     except Exception:
         return
+    if want & FLIGHT:
+        _chain_excepthook(lib)
+    # The other bits (1 ops, 2 shapes, 4 modules) say what PyTorch records.
+    want &= 7
     if want == _on:
         return
     torch = sys.modules.get("torch")
@@ -91,6 +99,37 @@ def sync(lib):
         _disable_recorder()
         _log(lib, "cannot record PyTorch ops (%s: %s); traces hold GPU activity and steps only"
              % (type(e).__name__, e))
+
+
+def _exception_name(etype):
+    module = getattr(etype, "__module__", "") or ""
+    name = getattr(etype, "__qualname__", None) or getattr(etype, "__name__", "Exception")
+    return name if module in ("builtins", "__main__", "") else module + "." + name
+
+
+def _chain_excepthook(lib):
+    """With the flight recorder on: an exception leaving the training loop (reaching
+    ``sys.excepthook``: the job is about to end with it, ``torch.OutOfMemoryError`` included) asks
+    the shim for a dump naming its type, then the job's own hook runs as before (the traceback, the
+    exit code). The dump is written by kinetrace's collector; the exit that follows waits for it
+    within kinetrace's exit budget."""
+    global _excepthook_chained
+    if _excepthook_chained:
+        return
+    _excepthook_chained = True
+    previous = sys.excepthook
+
+    def hook(etype, value, tb):
+        try:
+            fn = lib.kinetrace_flight_exception
+            message = str(value)[:200]
+            fn(ctypes.c_char_p(_exception_name(etype).encode("utf-8", "replace")),
+               ctypes.c_char_p(message.encode("utf-8", "replace")))
+        except Exception:  # a shim without it, or a message that cannot be shown: no dump
+            pass
+        previous(etype, value, tb)
+
+    sys.excepthook = hook
 
 
 def _enable(torch, lib, want):

@@ -318,13 +318,14 @@ pub fn torch_state() -> u32 {
     }
     let Some(r) = running() else { return 0 };
     let t = r.config.torch;
+    // The flight recorder's bit stands whether or not PyTorch's ops are recorded.
+    let flight = u32::from(r.config.flight.span.is_some()) << 5;
     if !t.ops || !kinetrace_core::recorder::is_active() {
-        return 0;
+        return flight;
     }
     // The window's own options: a capture request may ask for more or less than the process's.
     let f = r.profiler.framework_options();
-    let flight = r.config.flight.span.is_some();
-    1 | (u32::from(f.record_shapes) << 1) | (u32::from(t.modules) << 2) | (u32::from(flight) << 5)
+    1 | (u32::from(f.record_shapes) << 1) | (u32::from(t.modules) << 2) | flight
 }
 
 /// An exception is leaving the Python training loop (the `sitecustomize`'s `sys.excepthook`, with

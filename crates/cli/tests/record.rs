@@ -1077,3 +1077,69 @@ fn flight_sigusr2_and_the_ending_signal_dump() {
     assert_eq!(last.0["flight_signal"], "SIGTERM");
     assert!(last.1.len() > steps.len(), "{:?}", last.1);
 }
+
+/// Many ranks dumping at once (`trigger --dump --all`) into one trace root: one whole trace per
+/// rank, each its own file with its own rank in its head.
+#[test]
+fn flight_many_ranks_dump_at_once() {
+    let w = World::new();
+    let stop = w.tmp.path().join("stop");
+    let ranks = 4;
+    let mut jobs: Vec<Watched> = (0..ranks)
+        .map(|rank| {
+            Watched::spawn(
+                w.kinetrace(&[])
+                    .env("RANK", rank.to_string())
+                    .env("WORLD_SIZE", ranks.to_string())
+                    .env("KINETRACE_FLIGHT_SLOW_STEP", "off")
+                    .args([
+                        "record",
+                        "--flight",
+                        "60s",
+                        "--no-summary",
+                        "-o",
+                        "traces",
+                        "--",
+                    ])
+                    .arg(&built().train)
+                    .args(["100000", "--cuda", "--sleep-ms", "5", "--progress"])
+                    .arg("--stop-file")
+                    .arg(&stop),
+            )
+        })
+        .collect();
+    jobs = jobs
+        .into_iter()
+        .map(|j| j.wait_for_stdout("fake_train: step 5\n", RUN))
+        .collect();
+    let o = output(&mut w.kinetrace(&["trigger", "--dump", "--all"]), RUN);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
+    assert_eq!(
+        out.matches(": accepted: flight dump").count(),
+        ranks,
+        "{out}"
+    );
+    let (first, traces) = wait_traces(&w, ranks, jobs.remove(0));
+    jobs.insert(0, first);
+    std::fs::write(&stop, "").unwrap();
+    for j in jobs {
+        let o = j.finish(RUN);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    }
+    let mut seen: Vec<u64> = traces
+        .iter()
+        .map(|p| {
+            let (head, steps, kernels) = flight_dump(p);
+            assert_eq!(head["flight_trigger"], "request");
+            assert!(
+                steps.contains(&5) && kernels.contains(&5),
+                "{steps:?} {kernels:?}"
+            );
+            head["distributedInfo"]["rank"].as_u64().unwrap()
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(seen, (0..ranks as u64).collect::<Vec<_>>());
+    assert_eq!(w.traces().len(), ranks);
+}

@@ -344,3 +344,79 @@ fn a_session_that_is_no_flight_recorder_refuses_dumps() {
     assert_eq!(e, FlightRefused::NotFlight);
     assert!(e.to_string().contains("KINETRACE_FLIGHT_RECORDER"));
 }
+
+/// A disk that fills during a dump: that dump is not written (one line says why), the job is not
+/// touched, recording goes on, and the next dump is whole.
+#[test]
+fn a_disk_full_during_a_dump_loses_that_dump_only() {
+    struct FullDisk;
+    impl Sink for FullDisk {
+        fn record(&mut self, _: &Activity) -> std::io::Result<()> {
+            Err(std::io::Error::from_raw_os_error(28))
+        }
+        fn finish(self: Box<Self>, _: &TraceMeta) -> std::io::Result<TraceOutput> {
+            panic!("a failed sink is never finished")
+        }
+    }
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Dumps::default();
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let full = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let session = loop {
+        let (out2, full2, lines2) = (out.clone(), full.clone(), lines.clone());
+        let sinks = Box::new(move |_c: u32| -> std::io::Result<Box<dyn Sink>> {
+            if full2.load(std::sync::atomic::Ordering::SeqCst) {
+                return Ok(Box::new(FullDisk));
+            }
+            Ok(Box::new(DumpSink {
+                dump: Dump::default(),
+                out: out2.clone(),
+                starts: Vec::new(),
+            }))
+        });
+        let config = SessionConfig {
+            log: Arc::new(move |m: &str| lines2.lock().unwrap().push(m.to_string())),
+            flight: Some(no_auto(FlightSpan::Steps(3))),
+            ..SessionConfig::default()
+        };
+        match Session::start(config, Vec::new(), sinks, None) {
+            Ok(s) => break s,
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    };
+    for s in 0..5 {
+        op(s);
+        session.step();
+    }
+    session
+        .flight_dump(FlightTrigger::Request("full".into()))
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(60);
+    while !lines
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|l| l.contains("not written"))
+    {
+        assert!(Instant::now() < end, "no line: {:?}", lines.lock().unwrap());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let said = lines.lock().unwrap().clone();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].contains("requested by full") && said[0].contains("os error 28"),
+        "{said:?}"
+    );
+    full.store(false, std::sync::atomic::Ordering::SeqCst);
+    for s in 5..10 {
+        op(s);
+        session.step();
+    }
+    session
+        .flight_dump(FlightTrigger::Request("room".into()))
+        .unwrap();
+    let d = wait_dumps(&out, 1).remove(0);
+    assert_eq!(d.steps, vec![7, 8, 9, 10], "{d:?}");
+    assert_eq!(d.ops, vec!["op7", "op8", "op9"], "{d:?}");
+    drop(session);
+}

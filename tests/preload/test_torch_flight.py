@@ -1,0 +1,138 @@
+"""The flight recorder on a real PyTorch job on the CPU (`kinetrace record --flight 10steps`).
+
+A small MLP trains 30 steps of about 20 ms; step 20 is made slow (1 s) and an exception leaves the
+loop in step 25, before its backward: a `RuntimeError`, or `torch.OutOfMemoryError` raised by the
+job. The run must leave two dumps, each a normal trace of the span its head states:
+
+- the slow step's (`flight_trigger` `slow_step`, step 20 against the median of the steps before);
+- the exception's (`flight_trigger` `exception`, naming its type), holding steps 15..24 whole and
+  step 25 up to the exception, with the ops of the final step (its forward's `aten::` ops),
+
+and the job's own behaviour must not change: the same stdout, the same traceback on stderr, the
+same exit code (1) as without kinetrace.
+
+Required, skipped or failed like the other real-torch tests (see test_torch_record.py).
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import test_torch_record as base
+from test_torch_record import REQUIRED, STAMP, TORCH_PYTHON, VENV, _env, _run, _traces
+
+pytestmark = [
+    pytest.mark.skipif(
+        not REQUIRED and not STAMP.exists(),
+        reason=f"no torch venv at {VENV}: run scripts/torch-venv.sh (or set KINETRACE_TORCH_TESTS=1)",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    return base.build_once(tmp_path_factory)
+
+
+JOB = r"""
+import sys
+import time
+import torch
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+x = torch.randn(64, 16)
+y = x.sum(dim=1, keepdim=True)
+for step in range(30):
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    if step == 25:
+        if sys.argv[1] == "oom":
+            raise torch.OutOfMemoryError("injected: tried to allocate 40.00 GiB")
+        raise RuntimeError("injected failure in step 25")
+    loss.backward()
+    opt.step()
+    time.sleep(1.0 if step == 20 else 0.02)
+    print(f"step {step} loss {loss.item():.6f}", flush=True)
+print("not reached")
+"""
+
+
+def _dumps(out: Path):
+    docs = [json.loads(p.read_text()) for p in _traces(out)]
+    return {d.get("flight_trigger"): d for d in docs if d.get("flight_trigger")}, docs
+
+
+def _ns(doc, e):
+    return doc["baseTimeNanoseconds"] + round(e["ts"] * 1000)
+
+
+def _steps(doc):
+    return sorted(int(e["name"].split("#")[1]) for e in doc["traceEvents"]
+                  if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+
+
+def _covers_what_it_says(doc):
+    start, end = int(doc["flight_start_ns"]), int(doc["flight_end_ns"])
+    timed = [e for e in doc["traceEvents"] if e.get("ph") == "X" and isinstance(e.get("pid"), int)]
+    assert timed, "an empty dump"
+    # Microsecond rounding of `ts` aside, every event lies in the span the head states.
+    outside = [e for e in timed if not start - 1000 <= _ns(doc, e) <= end + 1000]
+    assert not outside, outside[:3]
+
+
+@pytest.mark.parametrize("kind,exc", [("error", "RuntimeError"),
+                                      ("oom", "torch.OutOfMemoryError")])
+def test_a_slow_step_and_an_exception_leave_dumps_and_the_job_unchanged(built, tmp_path, kind, exc):
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    plain = _run([str(TORCH_PYTHON), str(script), kind], _env(tmp_path), tmp_path)
+    assert plain.returncode == 1, plain.stderr
+    assert plain.stdout.count("\n") == 25 and "not reached" not in plain.stdout, plain.stdout
+    assert plain.stderr.rstrip().endswith("injected failure in step 25"
+                                          if kind == "error" else
+                                          "injected: tried to allocate 40.00 GiB"), plain.stderr
+
+    out, log = tmp_path / "traces", tmp_path / "kinetrace.log"
+    env = _env(tmp_path)
+    # A step the loaded machine stretched by chance must not hold back the injected one.
+    env["KINETRACE_FLIGHT_SLOW_INTERVAL"] = "0s"
+    rec = _run(
+        [str(built["kinetrace"]), "record", "--flight", "10steps", "-o", str(out),
+         "--log", str(log), "--no-summary", "--", str(TORCH_PYTHON), str(script), kind],
+        env, tmp_path,
+    )
+    text = log.read_text() if log.exists() else ""
+    assert rec.returncode == plain.returncode, (rec.stderr, text)
+    assert rec.stdout == plain.stdout, (rec.stderr, text)
+    assert plain.stderr in rec.stderr, rec.stderr
+
+    dumps, docs = _dumps(out)
+    assert "slow_step" in dumps and "exception" in dumps, (len(docs), text)
+    slow = [d for d in docs if d.get("flight_slow_step") == "20"]
+    assert len(slow) == 1, ([d.get("flight_reason") for d in docs], text)
+    slow = slow[0]
+    assert int(slow["flight_slow_step_ns"]) >= 1_000_000_000
+    assert int(slow["flight_slow_step_ns"]) > 3 * int(slow["flight_median_step_ns"])
+    assert _steps(slow)[-2:] == [20, 21], _steps(slow)
+    _covers_what_it_says(slow)
+
+    crash = dumps["exception"]
+    assert crash["flight_exception"] == exc, crash["flight_reason"]
+    assert exc in crash["flight_reason"] and "step 25" in crash["flight_reason"] or \
+        "40.00 GiB" in crash["flight_reason"], crash["flight_reason"]
+    # Ten whole steps and the one the exception cut short.
+    assert _steps(crash) == list(range(15, 26)), _steps(crash)
+    assert crash["kinetrace_partial_step"] == "25"
+    assert crash["flight_first_step"] == "15" and crash["flight_last_step"] == "25"
+    _covers_what_it_says(crash)
+    # The last events: step 25's forward ops, after its ProfilerStep began.
+    (last,) = [e for e in crash["traceEvents"] if e.get("name") == "ProfilerStep#25"]
+    final_ops = {e["name"] for e in crash["traceEvents"]
+                 if e.get("cat") == "cpu_op" and e["ts"] >= last["ts"]}
+    assert {"aten::linear", "aten::mse_loss"} <= final_ops, sorted(final_ops)
+    # ... and no backward in it (the exception came before).
+    assert not any("Backward" in n for n in final_ops), sorted(final_ops)
