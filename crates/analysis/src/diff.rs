@@ -50,6 +50,8 @@ pub enum StepChoice {
     First,
     /// This `ProfilerStep` number on both sides.
     Number(i64),
+    /// Every step numbered below this one (a flight dump's slow step against those before it).
+    Before(i64),
 }
 
 /// Options of a diff.
@@ -411,10 +413,15 @@ fn summarize_file(
         StepChoice::All => None,
         StepChoice::First => spans.keys().next().copied(),
         StepChoice::Number(n) => spans.contains_key(&n).then_some(n),
+        StepChoice::Before(_) => None,
+    };
+    let below = match choice {
+        StepChoice::Before(limit) => limit,
+        _ => i64::MAX,
     };
     let mut kept = ByName::default();
     for (n, names) in steps {
-        if kept_step.is_none_or(|k| k == n) {
+        if kept_step.is_none_or(|k| k == n) && n < below {
             for (id, a) in names {
                 kept.entry(id).or_default().add(a);
             }
@@ -447,6 +454,8 @@ fn summarize_file(
 enum Pick {
     Whole,
     AllSteps,
+    /// The steps numbered below this one (their rows are the file's kept rows).
+    Before(i64),
     /// One step number (`None`: the side has no step, so nothing).
     One(Option<i64>),
 }
@@ -498,6 +507,12 @@ impl Side {
                     } else {
                         side.in_no_step += f.no_step.values().map(|a| a.count).sum::<u64>();
                     }
+                }
+                Pick::Before(limit) => {
+                    f.spans
+                        .range(..limit)
+                        .for_each(|(&n, &span)| count_step(n, span));
+                    take(&f.kept);
                 }
                 Pick::One(Some(n)) if f.kept_step == Some(n) => {
                     count_step(n, f.spans.get(&n).copied().flatten());
@@ -749,6 +764,7 @@ fn compare_files(
             (Pick::One(first.0), Pick::One(first.1)),
         ),
         StepChoice::Number(n) => (Selection::Step, (Pick::One(Some(n)), Pick::One(Some(n)))),
+        StepChoice::Before(n) => (Selection::AllSteps, (Pick::Before(n), Pick::Before(n))),
     };
     let one = |p: Pick| match p {
         Pick::One(n) => n,
@@ -867,6 +883,31 @@ fn only_one_side(rank: i64, side: &str, files: &[PathBuf]) -> FileProblem {
              all ranks together)"
         ),
     }
+}
+
+/// Step `step` of one trace (a flight dump's slow step) against the steps before it in the same
+/// trace, on per-step means: what the slow step did differently.
+pub fn step_against_earlier(
+    path: &std::path::Path,
+    step: i64,
+    opts: &DiffOptions,
+) -> Result<Comparison, FileProblem> {
+    let source = TraceSource::File(path.to_path_buf());
+    let base = summarize_file(&source, StepChoice::Before(step), &opts.read)?;
+    let new = summarize_file(&source, StepChoice::Number(step), &opts.read)?;
+    let frame = Frame {
+        traces: (1, 1),
+        selection: Selection::AllSteps,
+        base_step: None,
+        new_step: Some(step),
+        threshold: opts.time_threshold,
+    };
+    Ok(compare(
+        Side::of(&[&base], Pick::Before(step)),
+        Side::of(&[&new], Pick::One(Some(step))),
+        (Some(base.rank), Some(new.rank)),
+        &frame,
+    ))
 }
 
 /// What a comparison counts, in words: "all 3 steps of each side", "per-step means of …".

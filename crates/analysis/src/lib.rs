@@ -34,6 +34,7 @@ pub mod diff;
 pub mod doctor;
 pub mod efficiency;
 mod fastmap;
+pub mod flight;
 pub mod hta;
 mod iteration;
 pub mod kernel;

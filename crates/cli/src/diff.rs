@@ -137,7 +137,7 @@ fn on_basis(r: &DiffRow, basis: Basis) -> (f64, f64, f64, f64) {
     }
 }
 
-fn comparison(c: &Comparison, top: usize, out: &mut String) {
+pub(crate) fn comparison(c: &Comparison, top: usize, out: &mut String) {
     let title = match (c.base_rank, c.new_rank) {
         (Some(b), Some(n)) if b == n => format!("rank {b}"),
         (Some(b), Some(n)) => format!("rank {b} vs rank {n}"),

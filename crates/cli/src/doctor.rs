@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use kinetrace_analysis::doctor::{DoctorReport, Finding};
-use kinetrace_analysis::{discover, doctor};
+use kinetrace_analysis::flight::{flight_dumps, FlightDump};
+use kinetrace_analysis::{discover, doctor, DiffOptions};
 
 use crate::analyze::ProgressLine;
 use crate::cli::DoctorPlan;
@@ -37,6 +38,18 @@ pub fn run_doctor(plan: DoctorPlan) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     let mut stdout = io::stdout().lock();
+    if !plan.json {
+        // Flight dumps first, from their trigger.
+        let opts = DiffOptions {
+            read: plan.options.read.clone(),
+            ..DiffOptions::default()
+        };
+        let (dumps, problems) = flight_dumps(&files, &opts);
+        for p in problems {
+            eprintln!("kinetrace: flight dump not read: {p}");
+        }
+        stdout.write_all(render_flight(&dumps).as_bytes())?;
+    }
     if plan.json {
         serde_json::to_writer_pretty(&mut stdout, &report).context("cannot write the JSON")?;
         writeln!(stdout)?;
@@ -58,6 +71,77 @@ pub fn run_doctor(plan: DoctorPlan) -> Result<ExitCode> {
     }
     stdout.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Flight dumps, each from its trigger: a slow step against the steps before it; for hangs, the
+/// op each rank was stuck in and the last collective it finished. Empty without flight dumps.
+pub fn render_flight(dumps: &[FlightDump]) -> String {
+    let mut out = String::new();
+    for d in dumps {
+        let rank = d
+            .rank
+            .map_or_else(|| "rank ?".to_string(), |r| format!("rank {r}"));
+        out.push_str(&format!(
+            "Flight dump, {rank} ({}): {}
+",
+            d.trigger, d.reason
+        ));
+        let steps = d.steps.map_or_else(
+            || "no steps".to_string(),
+            |(a, b)| format!("steps {a}..={b}"),
+        );
+        out.push_str(&format!(
+            "  {steps} in {}
+",
+            d.file.display()
+        ));
+        if let Some(c) = &d.slow_step {
+            out.push_str("  the slow step against the steps before it in this dump:\n  ");
+            crate::diff::comparison(c, 10, &mut out);
+        }
+        if let Some(op) = &d.hang_op {
+            out.push_str(&format!("  stuck in: {op}\n"));
+        }
+        if d.trigger == "hang" || d.hang_op.is_some() {
+            match &d.last_collective {
+                Some(l) => out.push_str(&format!(
+                    "  last collective finished: {} ({}), {} before the dump\n",
+                    l.name,
+                    dur_us(l.dur_us),
+                    dur_us(l.ended_us_before_dump)
+                )),
+                None => out.push_str("  last collective finished: none in this dump\n"),
+            }
+        }
+        out.push('\n');
+    }
+    let hangs: Vec<&FlightDump> = dumps.iter().filter(|d| d.trigger == "hang").collect();
+    if hangs.len() > 1 {
+        let mut t = Table::new(
+            "Hang: each rank's last collective",
+            &[
+                ("rank", Align::Right),
+                ("stuck in", Align::Left),
+                ("last finished", Align::Left),
+                ("before the dump", Align::Right),
+            ],
+        );
+        for d in hangs {
+            t.row(vec![
+                d.rank.map_or_else(|| "?".into(), |r| r.to_string()),
+                d.hang_op.clone().unwrap_or_else(|| "-".into()),
+                d.last_collective
+                    .as_ref()
+                    .map_or_else(|| "none".into(), |l| clip(&l.name, 60)),
+                d.last_collective
+                    .as_ref()
+                    .map_or_else(|| "-".into(), |l| dur_us(l.ended_us_before_dump)),
+            ]);
+        }
+        out.push_str(&t.render());
+        out.push('\n');
+    }
+    out
 }
 
 /// The report as text: a header line, then one block per finding.

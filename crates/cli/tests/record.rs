@@ -965,6 +965,27 @@ fn flight_a_slow_step_dumps_the_steps_before_it() {
     assert_eq!(head["flight_first_step"], "23");
     assert_eq!(head["kinetrace_partial_step"], "31");
     assert!(err.contains("flight dump (step 30 took"), "{err}");
+    // doctor starts from the trigger: the slow step against the steps before it.
+    let slow_file = w
+        .traces()
+        .into_iter()
+        .find(|p| flight_dump(p).0["flight_slow_step"] == "30")
+        .unwrap();
+    let o = output(
+        &mut w.kinetrace(&["doctor", slow_file.to_str().unwrap()]),
+        RUN,
+    );
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
+    assert!(
+        out.starts_with("Flight dump, rank 0 (slow_step): step 30 took"),
+        "{out}"
+    );
+    assert!(
+        out.contains("the slow step against the steps before it"),
+        "{out}"
+    );
+    assert!(out.contains("ProfilerStep#*"), "{out}");
 }
 
 /// `kinetrace trigger --dump` asks a running flight recorder for its span; the job goes on, and a
