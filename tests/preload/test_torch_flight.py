@@ -54,8 +54,9 @@ for step in range(30):
             raise torch.OutOfMemoryError("injected: tried to allocate 40.00 GiB")
         raise RuntimeError("injected failure in step 25")
     loss.backward()
-    opt.step()
+    # Before the optimizer step, whose hook ends the step: the time is step 20's own.
     time.sleep(1.0 if step == 20 else 0.02)
+    opt.step()
     print(f"step {step} loss {loss.item():.6f}", flush=True)
 print("not reached")
 """

@@ -369,7 +369,7 @@ impl Collector {
             }
             Command::ForgetResult => self.last_result = None,
             Command::Dump { trigger, merged } => {
-                self.flight_dump(&trigger, merged, shared);
+                self.flight_dump(&trigger, merged, rest, shared);
                 if let Some(f) = lock(&shared.control).flight.as_mut() {
                     f.dump_queued = false;
                 }

@@ -63,7 +63,7 @@ impl Collector {
                 _ => return,
             }
         };
-        self.flight_dump(&trigger, merged, shared);
+        self.flight_dump(&trigger, merged, &[], shared);
         if let Some(f) = lock(&shared.control).flight.as_mut() {
             f.dump_queued = false;
         }
@@ -87,10 +87,21 @@ impl Collector {
     }
 
     /// Writes a dump of the kept span: what the rings and sources hold now is taken in first.
-    pub(super) fn flight_dump(&mut self, trigger: &FlightTrigger, merged: u64, shared: &Shared) {
+    /// `rest`: the commands of this round after the dump (a close queued right after it ends the
+    /// step in progress: its `ProfilerStep` is then in the rings, partial).
+    pub(super) fn flight_dump(
+        &mut self,
+        trigger: &FlightTrigger,
+        merged: u64,
+        rest: &[super::Command],
+        shared: &Shared,
+    ) {
         let Some(config) = self.flight else {
             return;
         };
+        // Everything recorded up to now (a flight recorder has no window edges to respect): what
+        // the job did since this round began is part of the span too.
+        self.drain_rings(usize::MAX);
         self.route_pending(shared);
         if self.window.as_ref().is_some_and(|w| w.recording) {
             // Forced out, as at a window's end: device work done so far belongs in the dump.
@@ -110,10 +121,22 @@ impl Collector {
             }
             self.polled = polled;
         }
-        let (span_start, in_progress) = {
+        let stop_of = |c: &super::Command| match c {
+            super::Command::Stop { partial_step, .. } => *partial_step,
+            _ => None,
+        };
+        let (span_start, in_progress, closed_partial) = {
             let c = lock(&shared.control);
             let open = c.step_span.as_ref().map(|s| (s.id, s.start, s.step, s.tid));
-            (c.flight.as_ref().and_then(|f| f.clock.span_start()), open)
+            let closed = rest
+                .iter()
+                .find_map(stop_of)
+                .or_else(|| c.queue.iter().find_map(stop_of));
+            (
+                c.flight.as_ref().and_then(|f| f.clock.span_start()),
+                open,
+                closed,
+            )
         };
         let wanted = self.flight_span_start(span_start);
         let end = UnixNanos::now();
@@ -179,7 +202,8 @@ impl Collector {
         }
         // The step in progress has no `ProfilerStep` record yet (it is written when the step
         // ends): the dump shows it up to now, marked partial as a capture cut short is.
-        let mut partial = None;
+        // Or the close that follows ended it, writing it (partial) into the rings already.
+        let mut partial = closed_partial.filter(|_| in_progress.is_none());
         if let (None, Some((id, start, step, tid))) = (&error, in_progress) {
             let a = super::span_activity(
                 crate::intern::intern(&format!("ProfilerStep#{step}")),
