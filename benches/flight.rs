@@ -73,11 +73,11 @@ fn work(units: u64) -> u64 {
 /// One training-like step: `units` of work split around 40 annotations and 20 kernel launches.
 fn step(f: &Fake, names: &[CString], units: u64) {
     let per = units / 20;
-    for k in 0..20 {
+    for name in names.iter().take(20) {
         let _a = record_function("layer");
         let _b = record_function("linear");
         // SAFETY: (bench) a NUL-terminated name, plain values.
-        unsafe { (f.launch)(names[k].as_ptr(), 7, 50_000) };
+        unsafe { (f.launch)(name.as_ptr(), 7, 50_000) };
         black_box(work(per));
     }
 }

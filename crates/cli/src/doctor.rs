@@ -41,7 +41,7 @@ pub fn run_doctor(plan: DoctorPlan) -> Result<ExitCode> {
     if !plan.json {
         // Flight dumps first, from their trigger.
         let opts = DiffOptions {
-            read: plan.options.read.clone(),
+            read: plan.options.read,
             ..DiffOptions::default()
         };
         let (dumps, problems) = flight_dumps(&files, &opts);
