@@ -1,5 +1,9 @@
 """The flight recorder on a real PyTorch job on the CPU (`kinetrace record --flight 10steps`).
 
+A 2-rank gloo job (`torchrun`) where rank 1 stops before an all-reduce in step 6: rank 0, stuck in
+it with no step for `KINETRACE_FLIGHT_HANG=2s`, writes a hang dump naming the op; rank 1 writes
+none; `doctor` starts from the hang; once rank 1 goes on, the job ends normally.
+
 A small MLP trains 30 steps of about 20 ms; step 20 is made slow (1 s) and an exception leaves the
 loop in step 25, before its backward: a `RuntimeError`, or `torch.OutOfMemoryError` raised by the
 job. The run must leave two dumps, each a normal trace of the span its head states:
@@ -15,6 +19,8 @@ Required, skipped or failed like the other real-torch tests (see test_torch_reco
 """
 
 import json
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -137,3 +143,90 @@ def test_a_slow_step_and_an_exception_leave_dumps_and_the_job_unchanged(built, t
     assert {"aten::linear", "aten::mse_loss"} <= final_ops, sorted(final_ops)
     # ... and no backward in it (the exception came before).
     assert not any("Backward" in n for n in final_ops), sorted(final_ops)
+
+
+GLOO = r"""
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+torch.set_num_threads(1)
+model = torch.nn.Linear(16, 16)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(8, 16)
+for step in range(10):
+    opt.zero_grad()
+    model(x).sum().backward()
+    if step == 6 and rank == 1:
+        # Rank 1 stops before the all-reduce until the test lets it go.
+        while not os.path.exists(sys.argv[1]):
+            time.sleep(0.05)
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+    opt.step()
+    time.sleep(0.02)
+dist.destroy_process_group()
+print(f"rank {rank} done", flush=True)
+"""
+
+
+def test_a_rank_stuck_in_an_all_reduce_dumps_naming_it(built, tmp_path):
+    script = tmp_path / "gloo.py"
+    script.write_text(GLOO)
+    go = tmp_path / "go"
+    out = tmp_path / "traces"
+    env = _env(tmp_path)
+    env["PATH"] = f"{VENV / 'bin'}:{env.get('PATH', '')}"
+    env["KINETRACE_FLIGHT_HANG"] = "2s"
+    env["KINETRACE_FLIGHT_SLOW_STEP"] = "off"
+    job = subprocess.Popen(
+        [str(built["kinetrace"]), "record", "--flight", "20steps", "-o", str(out), "--no-summary",
+         "--", "torchrun", "--nproc-per-node", "2", str(script), str(go)],
+        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        hang = None
+        while hang is None:
+            for p in _traces(out):
+                try:
+                    doc = json.loads(p.read_text())
+                except ValueError:
+                    continue
+                if doc.get("flight_trigger") == "hang":
+                    hang = (p, doc)
+            if hang is None:
+                assert job.poll() is None, job.communicate()
+                assert time.monotonic() < deadline, "no hang dump after 180 s"
+                time.sleep(0.2)
+        # Rank 1 goes on; the all-reduce completes and the job ends normally.
+        go.write_text("")
+        stdout, stderr = job.communicate(timeout=180)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+    assert job.returncode == 0, stderr
+    assert "rank 0 done" in stdout and "rank 1 done" in stdout, stdout
+    path, doc = hang
+    assert doc["distributedInfo"]["rank"] == 0, doc["distributedInfo"]
+    op = doc["flight_hang_op"]
+    assert "allreduce" in op or "all_reduce" in op, op
+    assert doc["flight_hang_step"] == "6", doc["flight_reason"]
+    assert int(doc["flight_hang_stalled_ns"]) >= 2_000_000_000
+    assert _steps(doc)[-1] == 6 and doc["kinetrace_partial_step"] == "6", _steps(doc)
+    # Only rank 0 was inside a collective: rank 1 (stopped before it) wrote no hang dump.
+    hangs = [d for d in (json.loads(p.read_text()) for p in _traces(out))
+             if d.get("flight_trigger") == "hang"]
+    assert len(hangs) == 1, [d["distributedInfo"] for d in hangs]
+    # doctor starts from the hang: the op it was stuck in and the last collective it finished.
+    text = subprocess.run([str(built["kinetrace"]), "doctor", str(path)], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120).stdout
+    assert text.startswith("Flight dump, rank 0 (hang): no step for"), text
+    assert f"stuck in: {op}" in text and "last collective finished: " in text, text
