@@ -954,16 +954,20 @@ fn flight_a_slow_step_dumps_the_steps_before_it() {
         slow >= 600_000_000 && slow > 3 * median,
         "{slow} vs {median}"
     );
-    // 8 whole steps and the one just begun, with their kernels (the job launches a step's
-    // kernels as it begins, so step 31's may be in too).
-    assert_eq!(*steps, (23..=31).collect::<Vec<u64>>(), "{head}");
+    // The span as it stood when step 30 ended: the 8 steps before it and step 30 itself; then
+    // what followed until the collector wrote it (step 31 in progress, or more on a loaded
+    // machine); their kernels.
+    assert_eq!(steps[0], 22, "{head}");
+    assert!(steps.windows(2).all(|p| p[1] == p[0] + 1), "{steps:?}");
+    let last = *steps.last().unwrap();
+    assert!(last >= 31, "{steps:?}");
     assert!(
-        kernels.contains(&30) && kernels.contains(&23),
+        kernels.contains(&30) && kernels.contains(&22),
         "{kernels:?}"
     );
-    assert!(kernels.iter().all(|k| (23..=31).contains(k)), "{kernels:?}");
-    assert_eq!(head["flight_first_step"], "23");
-    assert_eq!(head["kinetrace_partial_step"], "31");
+    assert!(kernels.iter().all(|k| steps.contains(k)), "{kernels:?}");
+    assert_eq!(head["flight_first_step"], "22");
+    assert_eq!(head["kinetrace_partial_step"], last.to_string().as_str());
     assert!(err.contains("flight dump (step 30 took"), "{err}");
     // doctor starts from the trigger: the slow step against the steps before it.
     let slow_file = w

@@ -368,8 +368,14 @@ impl Collector {
                 }
             }
             Command::ForgetResult => self.last_result = None,
-            Command::Dump { trigger, merged } => {
-                self.flight_dump(&trigger, merged, rest, shared);
+            Command::Dump {
+                trigger,
+                merged,
+                span_start,
+                at,
+            } => {
+                let from = self.flight_span_start(span_start, at);
+                self.flight_dump(&trigger, merged, from, rest, shared);
                 if let Some(f) = lock(&shared.control).flight.as_mut() {
                     f.dump_queued = false;
                 }

@@ -59,6 +59,10 @@ pub(super) enum Command {
     Dump {
         trigger: crate::flight::FlightTrigger,
         merged: u64,
+        /// The span as it stood when the trigger fired: the dump covers it and what followed
+        /// until the collector wrote it (a busy collector must not let the slow step slide out).
+        span_start: Option<Ticks>,
+        at: Ticks,
     },
     /// The session ends after everything queued before this.
     Shutdown,
@@ -199,7 +203,13 @@ impl Control {
         }
         f.dump_queued = true;
         let merged = std::mem::take(&mut f.merged);
-        self.push(Command::Dump { trigger, merged });
+        let span_start = f.clock.span_start();
+        self.push(Command::Dump {
+            trigger,
+            merged,
+            span_start,
+            at: Ticks::now(),
+        });
         Ok(())
     }
 

@@ -12,15 +12,19 @@ use crate::recorder::{self, CpuRecord};
 use crate::source::{TraceMeta, WindowInfo};
 
 impl Collector {
-    /// Where the span starts now: `now` minus a time span, or the start of the oldest step of a
-    /// step span (everything kept while fewer steps have been seen).
-    fn flight_span_start(&self, span_start: Option<crate::clock::Ticks>) -> UnixNanos {
+    /// Where the span starts as of `at`: `at` minus a time span, or the start of the oldest step
+    /// of a step span (`span_start`; everything kept while fewer steps have been seen).
+    pub(super) fn flight_span_start(
+        &self,
+        span_start: Option<crate::clock::Ticks>,
+        at: crate::clock::Ticks,
+    ) -> UnixNanos {
         let Some(f) = self.flight else {
             return UnixNanos(0);
         };
         match f.span {
             FlightSpan::Time(d) => {
-                UnixNanos(UnixNanos::now().0.saturating_sub(d.as_nanos() as u64))
+                UnixNanos(self.clock.to_unix(at).0.saturating_sub(d.as_nanos() as u64))
             }
             FlightSpan::Steps(_) => span_start.map_or(UnixNanos(0), |t| self.clock.to_unix(t)),
         }
@@ -29,7 +33,7 @@ impl Collector {
     /// Once a round: drops the chunks older than the span, and dumps on a hang (no step for the
     /// configured time while a collective or a sync is open on some thread), once per stall.
     pub(super) fn flight_maintain(&mut self, now: &FlightNow, shared: &Shared) {
-        let cutoff = self.flight_span_start(now.span_start);
+        let cutoff = self.flight_span_start(now.span_start, crate::clock::Ticks::now());
         if let Some(b) = self.flight_buffer.as_mut() {
             b.evict_before(cutoff);
         }
@@ -63,7 +67,8 @@ impl Collector {
                 _ => return,
             }
         };
-        self.flight_dump(&trigger, merged, &[], shared);
+        let from = self.flight_span_start(now.span_start, crate::clock::Ticks::now());
+        self.flight_dump(&trigger, merged, from, &[], shared);
         if let Some(f) = lock(&shared.control).flight.as_mut() {
             f.dump_queued = false;
         }
@@ -93,12 +98,23 @@ impl Collector {
         &mut self,
         trigger: &FlightTrigger,
         merged: u64,
+        wanted: UnixNanos,
         rest: &[super::Command],
         shared: &Shared,
     ) {
         let Some(config) = self.flight else {
             return;
         };
+        // The step in progress, read before the rings are drained: if it ends meanwhile, its
+        // record is in the rings (and written instead of the partial one below).
+        let stop_of = |c: &super::Command| match c {
+            super::Command::Stop { partial_step, .. } => *partial_step,
+            _ => None,
+        };
+        let in_progress = lock(&shared.control)
+            .step_span
+            .as_ref()
+            .map(|s| (s.id, s.start, s.step, s.tid));
         // Everything recorded up to now (a flight recorder has no window edges to respect): what
         // the job did since this round began is part of the span too.
         self.drain_rings(usize::MAX);
@@ -121,24 +137,12 @@ impl Collector {
             }
             self.polled = polled;
         }
-        let stop_of = |c: &super::Command| match c {
-            super::Command::Stop { partial_step, .. } => *partial_step,
-            _ => None,
-        };
-        let (span_start, in_progress, closed_partial) = {
-            let c = lock(&shared.control);
-            let open = c.step_span.as_ref().map(|s| (s.id, s.start, s.step, s.tid));
-            let closed = rest
-                .iter()
-                .find_map(stop_of)
-                .or_else(|| c.queue.iter().find_map(stop_of));
-            (
-                c.flight.as_ref().and_then(|f| f.clock.span_start()),
-                open,
-                closed,
-            )
-        };
-        let wanted = self.flight_span_start(span_start);
+        // A close queued by now (the process ending) ended the step in progress: its record, in
+        // the rings already, is partial.
+        let closed_partial = rest
+            .iter()
+            .find_map(stop_of)
+            .or_else(|| lock(&shared.control).queue.iter().find_map(stop_of));
         let end = UnixNanos::now();
         let cycle = self.dumps;
         self.dumps += 1;
@@ -177,11 +181,13 @@ impl Collector {
         let mut tids = HashSet::new();
         let mut events = 0u64;
         let mut error = None;
+        let mut in_progress_ended = false;
         for a in buffer
             .records()
             .filter(|a| a.start >= from && a.start <= end)
         {
             if let Detail::UserAnnotation(s) = &a.detail {
+                in_progress_ended |= in_progress.is_some_and(|(id, ..)| a.external_id == Some(id));
                 let n = names.get(s.name);
                 if let Some(step) = n
                     .strip_prefix("ProfilerStep#")
@@ -203,6 +209,7 @@ impl Collector {
         // The step in progress has no `ProfilerStep` record yet (it is written when the step
         // ends): the dump shows it up to now, marked partial as a capture cut short is.
         // Or the close that follows ended it, writing it (partial) into the rings already.
+        let in_progress = in_progress.filter(|_| !in_progress_ended);
         let mut partial = closed_partial.filter(|_| in_progress.is_none());
         if let (None, Some((id, start, step, tid))) = (&error, in_progress) {
             let a = super::span_activity(
