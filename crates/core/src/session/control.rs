@@ -186,7 +186,8 @@ impl Control {
     }
 
     /// Queues a flight dump, unless one is queued already (then this trigger is folded into it
-    /// and counted: a burst of triggers writes one dump, not one each).
+    /// and counted: a burst of triggers writes one dump, not one each). The process ending is
+    /// always queued.
     pub fn queue_dump(
         &mut self,
         trigger: crate::flight::FlightTrigger,
@@ -197,7 +198,13 @@ impl Control {
         let Some(f) = self.flight.as_mut() else {
             return Err(super::FlightRefused::NotFlight);
         };
-        if f.dump_queued {
+        // The process ending (a signal, an exception) is the last chance for a dump: it never
+        // joins one queued before, which may hold none of what led to the end.
+        let ending = matches!(
+            trigger,
+            crate::flight::FlightTrigger::Exit(_) | crate::flight::FlightTrigger::Exception { .. }
+        );
+        if f.dump_queued && !ending {
             f.merged += 1;
             return Err(super::FlightRefused::Busy);
         }

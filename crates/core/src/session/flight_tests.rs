@@ -323,6 +323,16 @@ fn a_second_trigger_while_a_dump_is_queued_joins_it() {
     );
     drop(held);
     wait_dumps(&out, 1);
+    // Let the collector clear the queued mark (it does so after the trace is written).
+    let end = Instant::now() + Duration::from_secs(60);
+    while lock(&session.shared.control)
+        .flight
+        .as_ref()
+        .is_some_and(|f| f.dump_queued)
+    {
+        assert!(Instant::now() < end, "the dump stays queued");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     // The next dump says one trigger was folded into the earlier one... and is accepted.
     session
         .flight_dump(FlightTrigger::Request("third".into()))
@@ -430,5 +440,32 @@ fn a_disk_full_during_a_dump_loses_that_dump_only() {
     let d = wait_dumps(&out, 1).remove(0);
     assert_eq!(d.steps, vec![7, 8, 9, 10], "{d:?}");
     assert_eq!(d.ops, vec!["op7", "op8", "op9"], "{d:?}");
+    drop(session);
+}
+
+/// The process ending always gets its dump, even while another is queued.
+#[test]
+fn the_process_ending_never_joins_a_queued_dump() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Dumps::default();
+    let session = start(no_auto(FlightSpan::Steps(3)), &out);
+    session.step();
+    let held = lock(&session.shared.collector);
+    session
+        .flight_dump(FlightTrigger::Request("first".into()))
+        .unwrap();
+    session
+        .flight_dump(FlightTrigger::Exit("SIGTERM".into()))
+        .unwrap();
+    session
+        .flight_dump(FlightTrigger::Exception {
+            type_name: "RuntimeError".into(),
+            message: "boom".into(),
+        })
+        .unwrap();
+    drop(held);
+    let d = wait_dumps(&out, 3);
+    let kinds: Vec<_> = d.iter().map(|d| d.get("flight_trigger").unwrap()).collect();
+    assert_eq!(kinds, ["request", "exit", "exception"]);
     drop(session);
 }
