@@ -1024,22 +1024,29 @@ fn flight_trigger_dump_writes_the_kept_steps_and_recording_goes_on() {
     let (head, steps, kernels) = flight_dump(&first[0]);
     assert_eq!(head["flight_trigger"], "request", "{head}");
     assert_eq!(head["flight_span"], "5steps");
-    // Five whole steps and the one in progress, consecutive; their kernels too.
-    assert_eq!(steps.len(), 6, "{steps:?}");
+    // The five whole steps before the request and the one in progress then, plus what the job
+    // did until the collector wrote the dump (more steps on a loaded machine); consecutive,
+    // with their kernels.
+    assert!(steps.len() >= 6, "{steps:?}");
     assert!(steps.windows(2).all(|p| p[1] == p[0] + 1), "{steps:?}");
-    // Asked after step 20 ended: the step in progress is a later one.
-    assert!(steps[5] >= 21, "{steps:?}");
+    // Asked after step 20 ended: the span then began at step 16 or later.
+    assert!(steps[0] >= 16, "{steps:?}");
+    assert_eq!(
+        head["kinetrace_partial_step"],
+        steps.last().unwrap().to_string().as_str()
+    );
     assert!(
         kernels.iter().all(|k| steps.contains(k)),
         "{kernels:?} {steps:?}"
     );
-    let r = r.wait_for_stdout(&format!("fake_train: step {}\n", steps[5] + 10), RUN);
+    let last = *steps.last().unwrap();
+    let r = r.wait_for_stdout(&format!("fake_train: step {}\n", last + 10), RUN);
     let o = output(&mut w.kinetrace(&["trigger", "--dump", "--all"]), RUN);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
     let (r, both) = wait_traces(&w, 2, r);
     let later = both.iter().find(|p| **p != first[0]).unwrap();
     let (_, later_steps, _) = flight_dump(later);
-    assert!(later_steps[0] > steps[5], "{later_steps:?} after {steps:?}");
+    assert!(later_steps[0] > last, "{later_steps:?} after {steps:?}");
     std::fs::write(&stop, "").unwrap();
     let o = r.finish(RUN);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
