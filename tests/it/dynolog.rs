@@ -647,3 +647,63 @@ fn wait_for_trace_alone(path: &Path, lines: &Lines) -> Trace {
     );
     Trace::load(path)
 }
+
+/// A flight recorder answers `dyno gputrace` with a dump of the span it keeps, into the requested
+/// file (its polls do not say busy, though it always records).
+#[test]
+fn a_flight_recorder_answers_a_request_with_a_dump() {
+    let name = daemon_name("flight");
+    let dir = tempfile::tempdir().unwrap();
+    in_child(
+        "dynolog::a_flight_recorder_answers_a_request_with_a_dump",
+        &child_env(&name, dir.path(), &[]),
+        || {
+            let daemon = FakeDynolog::abstract_name(&var("_KINETRACE_TEST_DYNOLOG_NAME"));
+            let dir = var("KINETO_ONDEMAND_TRACE_DIR");
+            let lines = Lines::default();
+            let l = lines.clone();
+            let p = Profiler::builder()
+                .flight_recorder(kinetrace::FlightSpan::Steps(5))
+                .flight_slow_step(None)
+                .cpu_only()
+                .output_dir(PathBuf::from(&dir).join("root"))
+                .dynolog_interval(Duration::from_millis(50))
+                .log(move |m| l.0.lock().unwrap().push(m.to_string()))
+                .start()
+                .expect("profiler starts");
+            let pid = std::process::id();
+            daemon.queue(
+                0,
+                0,
+                &format!(
+                    "ACTIVITIES_LOG_FILE={dir}/run/trace.json\nPROFILE_START_TIME={}\n\
+                     ACTIVITIES_DURATION_MSECS=300\nREQUEST_TRACE_ID=77aa\n",
+                    now_ms()
+                ),
+            );
+            let path = PathBuf::from(format!("{dir}/run/trace_{pid}.json"));
+            let trace = training(&p, || {
+                // Some steps first, so the span holds whole ones.
+                std::thread::sleep(Duration::from_millis(100));
+                wait_for_trace(&path, &daemon, &lines)
+            });
+            assert_eq!(trace.meta("flight_trigger"), Some("request"));
+            assert_eq!(trace.meta("flight_requested_by"), Some("dynolog"));
+            assert_eq!(trace.meta("kinetrace_trigger"), Some("dynolog"));
+            assert_eq!(trace.meta("dynolog_request_trace_id"), Some("77aa"));
+            assert!(trace.steps().len() >= 2, "{:?}", trace.steps());
+            let polls = daemon.polls();
+            assert!(
+                polls.iter().any(|p| p.kind != 0),
+                "a flight recorder is not busy: {polls:?}"
+            );
+            assert_eq!(
+                lines.with("dynolog: flight dump into").len(),
+                1,
+                "{:?}",
+                lines.all()
+            );
+            p.stop();
+        },
+    );
+}

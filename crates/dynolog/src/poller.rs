@@ -325,6 +325,10 @@ fn absent_reason(e: &io::Error) -> String {
 
 /// A capture pending or in progress, or a window open: libkineto's "busy".
 fn busy(s: &SessionStatus) -> bool {
+    if s.flight {
+        // A flight recorder is always recording and answers a request with a dump.
+        return s.stepped_aside.is_some();
+    }
     s.capture.is_some() || s.action != ProfilerAction::None || s.stepped_aside.is_some()
 }
 
@@ -382,6 +386,19 @@ fn handle(session: &SessionHandle, s: &Settings, log: &LogFn, text: &str) {
         Start::After(d) => CaptureStart::After(d),
         Start::AtStep(n) => CaptureStart::AtStep(n),
     };
+    if status.flight {
+        // The span the flight recorder keeps, into the requested file; the request's window
+        // (start, length) does not apply: the dump is of what already happened.
+        let trigger = kinetrace_core::flight::FlightTrigger::Request("dynolog".into());
+        match session.flight_dump_to(trigger, Some(Box::new(Annotated { target, metadata }))) {
+            Ok(()) => log(&format!(
+                "dynolog: flight dump into {}",
+                r.log_file.display()
+            )),
+            Err(e) => log(&format!("dynolog: request refused: {e}")),
+        }
+        return;
+    }
     let mut req = CaptureRequest::new(start, r.length);
     req.sinks = Some(Box::new(Annotated { target, metadata }));
     req.framework = r.framework;

@@ -117,6 +117,8 @@ pub struct SessionStatus {
     pub traces: usize,
     /// Why the session stepped aside, if it did.
     pub stepped_aside: Option<String>,
+    /// The session is a flight recorder (always recording; it answers requests with dumps).
+    pub flight: bool,
 }
 
 pub(super) fn describe_plan(plan: &CapturePlan) -> String {

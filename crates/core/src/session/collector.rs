@@ -373,9 +373,10 @@ impl Collector {
                 merged,
                 span_start,
                 at,
+                sinks,
             } => {
                 let from = self.flight_span_start(span_start, at);
-                self.flight_dump(&trigger, merged, from, rest, shared);
+                self.flight_dump(&trigger, merged, from, sinks, rest, shared);
                 if let Some(f) = lock(&shared.control).flight.as_mut() {
                     f.dump_queued = false;
                 }

@@ -63,6 +63,8 @@ pub(super) enum Command {
         /// until the collector wrote it (a busy collector must not let the slow step slide out).
         span_start: Option<Ticks>,
         at: Ticks,
+        /// Where it goes, instead of the session's own sinks (a requester's file).
+        sinks: Option<Box<dyn SinkFactory>>,
     },
     /// The session ends after everything queued before this.
     Shutdown,
@@ -191,6 +193,7 @@ impl Control {
     pub fn queue_dump(
         &mut self,
         trigger: crate::flight::FlightTrigger,
+        sinks: Option<Box<dyn SinkFactory>>,
     ) -> Result<(), super::FlightRefused> {
         if self.shutdown {
             return Err(super::FlightRefused::Stopped);
@@ -216,6 +219,7 @@ impl Control {
             merged,
             span_start,
             at: Ticks::now(),
+            sinks,
         });
         Ok(())
     }

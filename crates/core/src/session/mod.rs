@@ -301,7 +301,7 @@ impl Session {
                 .and_then(|f| f.clock.step_ended(ended, Instant::now()));
             if let Some(trigger) = slow {
                 // Folded into a dump already queued, if any: nothing to do about a refusal.
-                let _ = s.queue_dump(trigger);
+                let _ = s.queue_dump(trigger, None);
             }
             s.step_num += 1;
             s.record_steps = true;
@@ -339,7 +339,7 @@ impl Session {
     /// writes it; this returns at once. Refused when the session is no flight recorder, while it
     /// stops, and while another dump is queued (the trigger is then counted in that dump's head).
     pub fn flight_dump(&self, trigger: FlightTrigger) -> Result<(), FlightRefused> {
-        self.shared.flight_dump(trigger)
+        self.shared.flight_dump(trigger, None)
     }
 
     /// Adds a source to the live session (a GPU backend that became available after the session
@@ -482,8 +482,18 @@ impl SessionHandle {
 
     /// [`Session::flight_dump`], or [`FlightRefused::Stopped`] once the session is gone.
     pub fn flight_dump(&self, trigger: FlightTrigger) -> Result<(), FlightRefused> {
+        self.flight_dump_to(trigger, None)
+    }
+
+    /// [`Session::flight_dump`] written by `sinks` (a requester's own file) instead of the
+    /// session's.
+    pub fn flight_dump_to(
+        &self,
+        trigger: FlightTrigger,
+        sinks: Option<Box<dyn SinkFactory>>,
+    ) -> Result<(), FlightRefused> {
         match self.shared.upgrade() {
-            Some(shared) => shared.flight_dump(trigger),
+            Some(shared) => shared.flight_dump(trigger, sinks),
             None => Err(FlightRefused::Stopped),
         }
     }
@@ -504,8 +514,12 @@ impl std::fmt::Debug for SessionHandle {
 pub const STEP_ASIDE_WAIT: Duration = Duration::from_secs(5);
 
 impl Shared {
-    fn flight_dump(&self, trigger: FlightTrigger) -> Result<(), FlightRefused> {
-        lock(&self.control).queue_dump(trigger)?;
+    fn flight_dump(
+        &self,
+        trigger: FlightTrigger,
+        sinks: Option<Box<dyn SinkFactory>>,
+    ) -> Result<(), FlightRefused> {
+        lock(&self.control).queue_dump(trigger, sinks)?;
         self.wake_collector();
         Ok(())
     }
@@ -599,6 +613,7 @@ impl Shared {
             capture: s.request.as_ref().map(|r| r.plan),
             traces: s.outputs.len(),
             stepped_aside: s.stepped_aside.clone(),
+            flight: s.flight.is_some(),
         }
     }
 

@@ -68,7 +68,7 @@ impl Collector {
             }
         };
         let from = self.flight_span_start(now.span_start, crate::clock::Ticks::now());
-        self.flight_dump(&trigger, merged, from, &[], shared);
+        self.flight_dump(&trigger, merged, from, None, &[], shared);
         if let Some(f) = lock(&shared.control).flight.as_mut() {
             f.dump_queued = false;
         }
@@ -99,6 +99,7 @@ impl Collector {
         trigger: &FlightTrigger,
         merged: u64,
         wanted: UnixNanos,
+        sinks: Option<Box<dyn crate::source::SinkFactory>>,
         rest: &[super::Command],
         shared: &Shared,
     ) {
@@ -168,7 +169,11 @@ impl Collector {
         let cap_evicted = buffer.take_cap_evicted();
         let from = wanted.max(complete_from);
         let reason = trigger.describe();
-        let mut sink = match self.sinks.open(&info) {
+        let opened = match sinks {
+            Some(mut own) => own.open(&info),
+            None => self.sinks.open(&info),
+        };
+        let mut sink = match opened {
             Ok(s) => s,
             Err(e) => {
                 (self.log)(&format!("flight dump ({reason}) not written: {e}"));
