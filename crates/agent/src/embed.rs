@@ -214,7 +214,12 @@ pub(crate) fn torch_state() -> Option<u32> {
     if !t.ops || !recorder::is_active() {
         return Some(0);
     }
-    Some(1 | (u32::from(t.shapes) << 1) | (u32::from(t.modules) << 2))
+    Some(
+        1 | (u32::from(t.shapes) << 1)
+            | (u32::from(t.modules) << 2)
+            | (u32::from(t.stack) << 3)
+            | (u32::from(t.memory) << 4),
+    )
 }
 
 /// The embedded profiler's log, while one runs.

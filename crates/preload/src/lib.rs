@@ -61,5 +61,6 @@ pub use shim::{
     kinetrace_torch_state, rocprofiler_configure, InitializeInjection,
 };
 pub use torch_ops::{
-    kinetrace_op_args, kinetrace_op_args_generation, kinetrace_op_begin, kinetrace_op_end,
+    kinetrace_memory, kinetrace_op_args, kinetrace_op_args_generation, kinetrace_op_begin,
+    kinetrace_op_end, kinetrace_py_epoch,
 };

@@ -146,10 +146,12 @@ pub static KEYS: &[Key] = &[
     },
     Key {
         env: Some("KINETRACE_MEMORY"),
-        kineto: Some("PROFILE_PROFILE_MEMORY"),
+        kineto: None,
         form: FORM_BOOL,
         default: "0",
-        doc: "Also record allocations and frees (`[memory]` instant events).",
+        doc: "Also record the GPU driver's allocations and frees as CUPTI / ROCm report them \
+              (`[memory]` instant events; `cudaMalloc`-level blocks, not PyTorch's tensors: see \
+              KINETRACE_PROFILE_MEMORY for those).",
         apply: |l, v| boolean(v).map(|b| l.memory = Some(b)),
     },
     Key {
@@ -348,6 +350,33 @@ pub static KEYS: &[Key] = &[
               `PROFILE_REPORT_INPUT_SHAPES` decides for its own capture.",
         apply: |l, v| boolean(v).map(|b| l.record_shapes = Some(b)),
     },
+    // --- Python stacks and PyTorch's allocator (torch.profiler's with_stack, profile_memory) ---
+    Key {
+        env: Some("KINETRACE_WITH_STACK"),
+        kineto: Some("PROFILE_WITH_STACK"),
+        form: FORM_BOOL,
+        default: "0",
+        doc: "With the PyTorch ops, record the Python frames that called them as `with_stack=True` \
+              does (`python_function` ranges named `file.py(line): func` and `nn.Module: \
+              Class_n`, with `Python id`, `Python parent id`, `CallFrom`), taken by the compiled \
+              recorder at op boundaries: frames that launch no op are left out (docs/record.md). \
+              A dynolog request's `PROFILE_WITH_STACK` decides for its own capture.",
+        apply: |l, v| boolean(v).map(|b| l.with_stack = Some(b)),
+    },
+    Key {
+        env: Some("KINETRACE_PROFILE_MEMORY"),
+        kineto: Some("PROFILE_PROFILE_MEMORY"),
+        form: FORM_BOOL,
+        default: "0",
+        doc: "With the PyTorch ops, record PyTorch's own allocator events as `profile_memory=True` \
+              does (`[memory]` instant events with `Addr`, `Bytes`, `Total Allocated`, `Total \
+              Reserved`, `Device Type`, `Device Id`, from the CPU allocator and the CUDA / HIP \
+              caching allocator), received through the same reporting hook torch.profiler uses, \
+              installed only inside windows. A dynolog request's `PROFILE_PROFILE_MEMORY` decides \
+              for its own capture.",
+        apply: |l, v| boolean(v).map(|b| l.profile_memory = Some(b)),
+    },
+    // --- end of the with_stack / profile_memory block ---
     Key {
         env: Some("KINETRACE_WITH_MODULES"),
         kineto: Some("PROFILE_WITH_MODULES"),

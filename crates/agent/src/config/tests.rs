@@ -277,7 +277,18 @@ ROCTRACER_MAX_EVENTS=1000000
     assert_eq!(c.output_dir, PathBuf::from("/tmp/out"));
     assert_eq!(c.worker_prefix.as_deref(), Some("job"));
     assert_eq!(c.max_gpu_buffer_mb, 32);
-    assert!(c.activities.contains(ActivityType::Memory));
+    // Kineto's PROFILE_PROFILE_MEMORY / PROFILE_WITH_STACK are PyTorch's profile_memory and
+    // with_stack: its allocator and its Python frames, not the driver's allocations.
+    assert!(!c.activities.contains(ActivityType::Memory));
+    assert!(c.torch.memory && c.torch.stack);
+    assert_eq!(
+        c.torch.framework(),
+        kinetrace::FrameworkOptions {
+            record_shapes: false,
+            with_stack: true,
+            profile_memory: true,
+        }
+    );
     assert!(!c.activities.contains(ActivityType::CpuOp));
     assert_eq!(c.kineto_config, Some(PathBuf::from("/etc/kineto.conf")));
     // The environment's window replaces the file's; its other keys override one by one.

@@ -742,6 +742,7 @@ fn evaluate_function_spans_take_their_backward_functions_sequence_number() {
         assert!(recorder::push(CpuRecord::Begin {
             name: crate::intern::intern(name),
             annotation: false,
+            python: false,
             start: Ticks::now(),
             id,
             args,
