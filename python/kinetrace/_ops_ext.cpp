@@ -18,7 +18,19 @@
 // (so the strings are torch.profiler's), only when the key is new. Ids are good for one generation
 // of the shim's table (it is emptied between windows), which the cache checks.
 //
+// With `with_stack` the recorder also takes the Python stack at each op boundary (while the op's
+// thread holds the GIL), compares it with the one it saw last on that thread, and opens or closes
+// `python_function` ranges where it changed (kinetrace_op_begin's flag 8): a frame becomes a range
+// when an op runs inside it, so frames that launch no op are left out. With `profile_memory` it
+// installs a reporter where c10's allocators look for the profiler (ThreadLocalDebugInfo's
+// PROFILER_STATE slot, what torch.profiler's profile_memory uses) on the thread that opens the
+// window, and hands every allocation and free to the shim (kinetrace_memory).
+//
 // Nothing here may throw into PyTorch: every entry point and callback catches everything.
+
+// Python.h first, as the C API asks.
+#include <Python.h>
+#include <frameobject.h>
 
 #include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
@@ -26,7 +38,10 @@
 #include <dlfcn.h>
 #include <torch/csrc/distributed/c10d/ParamCommsUtils.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/profiler/orchestration/observer.h>
 #include <torch/csrc/profiler/util.h>
+
+#include <atomic>
 
 #include <algorithm>
 #include <array>
@@ -58,11 +73,20 @@ using BeginFn = void (*)(const void* key, const char* name, int64_t sequence, ui
 using EndFn = void (*)(const void* key);
 using ArgsFn = uint32_t (*)(const char* text, size_t len);
 using GenerationFn = uint32_t (*)();
+using EpochFn = const std::atomic<uint32_t>* (*)();
+using MemoryFn = void (*)(uint64_t address, int64_t bytes, uint64_t allocated, uint64_t reserved,
+                          int16_t device);
 
 // kinetrace_op_begin's flags.
 constexpr uint32_t kAnnotation = 1;  // a record_function range: a user_annotation, not a cpu_op
 constexpr uint32_t kEvaluate = 2;    // autograd's `evaluate_function: …` range
 constexpr uint32_t kBackward = 4;    // a backward function (BACKWARD_FUNCTION scope)
+constexpr uint32_t kPython = 8;      // a Python frame (python_function)
+
+// kinetrace_ops_enable's options.
+constexpr int kOptShapes = 1;
+constexpr int kOptStack = 2;
+constexpr int kOptMemory = 4;
 
 constexpr std::string_view kEvaluatePrefix = "autograd::engine::evaluate_function: ";
 constexpr std::string_view kParamComms = "record_param_comms";
@@ -72,7 +96,11 @@ BeginFn g_begin = nullptr;
 EndFn g_end = nullptr;
 ArgsFn g_args = nullptr;
 GenerationFn g_generation = nullptr;
+MemoryFn g_memory = nullptr;
+// The shim's count of step boundaries that ended the Python frame ranges.
+const std::atomic<uint32_t>* g_epoch = nullptr;
 bool g_shapes = false;
+std::atomic<bool> g_stack{false};
 // torch.profiler's `Input Strides` and `Concrete Inputs` are there when this torch setting is on
 // (the default); read when a window opens.
 bool g_concrete = true;
@@ -543,6 +571,210 @@ uint32_t collective_args(const at::RecordFunction& fn, std::string_view name, bo
 
 // ---------------------------------------------------------------------------------------------
 
+// ---------------------------------------------------------------------------------------------
+// Python frames (with_stack). Everything that touches Python objects runs with the GIL held
+// (PyGILState_Check), so the caches below, shared by all threads, need no lock of their own.
+
+// Deepest stack taken; deeper frames (the outermost ones) are left out.
+constexpr size_t kMaxFrames = 128;
+// Cached names and CallFrom texts: past these, formatted each time.
+constexpr size_t kMaxCodes = 1 << 15;
+constexpr size_t kMaxCallFrom = 1 << 16;
+
+// Path prefixes (sys.path entries, longest first) cut from file names, as torch.profiler shows
+// `torch/nn/modules/linear.py` rather than the full path. Set from Python with the GIL held.
+std::vector<std::string> g_prefixes;
+
+struct CodeInfo {
+  std::string name;  // `file.py(firstline): func`
+  std::string file;  // the shortened file name, for CallFrom texts
+};
+
+// By code object, each holding a reference so that no other code object takes its address.
+std::unordered_map<PyCodeObject*, CodeInfo> g_codes;
+
+std::string utf8(PyObject* s) {
+  if (s == nullptr || !PyUnicode_Check(s)) return "?";
+  const char* c = PyUnicode_AsUTF8(s);
+  if (c == nullptr) {
+    PyErr_Clear();
+    return "?";
+  }
+  return c;
+}
+
+std::string short_file(const std::string& file) {
+  for (const std::string& p : g_prefixes) {
+    if (file.size() > p.size() + 1 && file.compare(0, p.size(), p) == 0 && file[p.size()] == '/') {
+      return file.substr(p.size() + 1);
+    }
+  }
+  return file;
+}
+
+void describe(PyCodeObject* code, CodeInfo& info) {
+  info.file = short_file(utf8(code->co_filename));
+  info.name = info.file + "(" + std::to_string(code->co_firstlineno) + "): " + utf8(code->co_name);
+}
+
+thread_local CodeInfo t_uncached;
+
+const CodeInfo& code_info(PyCodeObject* code) {
+  auto it = g_codes.find(code);
+  if (it != g_codes.end()) return it->second;
+  if (g_codes.size() >= kMaxCodes) {
+    describe(code, t_uncached);
+    return t_uncached;
+  }
+  Py_INCREF(code);
+  CodeInfo& info = g_codes[code];
+  describe(code, info);
+  return info;
+}
+
+// `"CallFrom":"file.py:line"` ids by (code, line), for the table's generation.
+struct CallFromId {
+  uint32_t generation;
+  uint32_t id;
+};
+std::unordered_map<uint64_t, CallFromId> g_call_from;
+
+uint32_t call_from_id(PyCodeObject* code, int line, const char* module_id) {
+  std::string text;
+  auto render = [&] {
+    json_string("CallFrom", text);
+    text.push_back(':');
+    json_string(code_info(code).file + ":" + std::to_string(line), text);
+    if (module_id != nullptr) {
+      text += ",\"Python module id\":";
+      text += module_id;
+    }
+  };
+  if (module_id != nullptr) {
+    render();
+    return intern(text);
+  }
+  uint64_t key = reinterpret_cast<uint64_t>(code) * 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(line);
+  uint32_t generation = g_generation();
+  auto it = g_call_from.find(key);
+  if (it != g_call_from.end() && it->second.generation == generation) return it->second.id;
+  render();
+  uint32_t id = intern(text);
+  if (g_call_from.size() >= kMaxCallFrom) g_call_from.clear();
+  g_call_from[key] = {generation, id};
+  return id;
+}
+
+// One frame of a stack taken at an op boundary (outermost first once taken).
+struct Frame {
+  PyFrameObject* frame;  // identity only: no reference is kept
+  PyCodeObject* code;    // kept alive by g_codes (or by its running frame)
+  int line;              // the line it is at now
+};
+
+// One frame's open range on this thread.
+struct OpenFrame {
+  PyFrameObject* frame;
+  PyCodeObject* code;
+  uint64_t key;   // what the shim pairs its end with (odd: never a RecordFunction's address)
+  int depth;      // the ops open on this thread when it began
+};
+
+struct PyThread {
+  std::vector<OpenFrame> open;
+  std::vector<Frame> taken;
+  uint32_t epoch = 0;
+  int depth = 0;  // RecordFunctions begun and not ended on this thread, while recording stacks
+  uint64_t next_key = 1;
+};
+
+thread_local PyThread t_py;
+
+void close_from(PyThread& t, size_t from) {
+  while (t.open.size() > from) {
+    g_end(reinterpret_cast<const void*>(t.open.back().key));
+    t.open.pop_back();
+  }
+}
+
+// The ranges a step boundary ended (the shim's epoch moved): forgotten here too.
+void check_epoch(PyThread& t) {
+  uint32_t epoch = g_epoch->load(std::memory_order_relaxed);
+  if (epoch != t.epoch) {
+    t.epoch = epoch;
+    close_from(t, 0);
+  }
+}
+
+// Takes this thread's Python stack (the GIL is held), outermost first, leaving out the `skip`
+// innermost frames.
+void take_stack(PyThread& t, size_t skip) {
+  t.taken.clear();
+  PyFrameObject* f = PyEval_GetFrame();  // borrowed
+  Py_XINCREF(f);
+  while (f != nullptr && t.taken.size() < kMaxFrames + skip) {
+    PyCodeObject* code = PyFrame_GetCode(f);  // new reference
+    t.taken.push_back({f, code, PyFrame_GetLineNumber(f)});
+    Py_DECREF(code);  // the running frame holds it
+    PyFrameObject* back = PyFrame_GetBack(f);  // new reference
+    Py_DECREF(f);  // the interpreter's frame keeps its frame object alive while it runs
+    f = back;
+  }
+  Py_XDECREF(f);
+  t.taken.erase(t.taken.begin(), t.taken.begin() + std::min(skip, t.taken.size()));
+  std::reverse(t.taken.begin(), t.taken.end());
+}
+
+void open_frame(PyThread& t, size_t i, const char* name, const char* module_id) {
+  const Frame& fr = t.taken[i];
+  // CallFrom: where the caller is now (the outermost frame: where it is itself).
+  const Frame& caller = i > 0 ? t.taken[i - 1] : fr;
+  uint32_t args = call_from_id(caller.code, caller.line, module_id);
+  if (name == nullptr) name = code_info(fr.code).name.c_str();
+  uint64_t key = (t.next_key += 2);
+  g_begin(reinterpret_cast<const void*>(key), name, -1, kPython, args);
+  t.open.push_back({fr.frame, fr.code, key, t.depth});
+}
+
+// Makes the open ranges match the stack just taken: the common prefix stays, the rest closes and
+// the new frames open. Frames from index `fresh` on are new calls whatever their identity (a
+// module call the forward pre-hook reports; its frame object may sit where the last one did).
+void sync_stack(PyThread& t, size_t fresh, const char* module_name, const char* module_id) {
+  size_t same = 0;
+  size_t limit = std::min({t.open.size(), t.taken.size(), fresh});
+  while (same < limit && t.open[same].frame == t.taken[same].frame &&
+         t.open[same].code == t.taken[same].code) {
+    ++same;
+  }
+  close_from(t, same);
+  for (size_t i = same; i < t.taken.size(); ++i) {
+    bool module = i == fresh && module_name != nullptr;
+    open_frame(t, i, module ? module_name : nullptr, module ? module_id : nullptr);
+  }
+}
+
+// At an op's start: the frames around it, if this thread runs Python now. Without the GIL (the
+// autograd engine runs backward with it released) the ranges open on this thread stay as they
+// are: the Python side marks the stack just before releasing it (kinetrace_py_mark).
+void stack_at_op() {
+  PyThread& t = t_py;
+  check_epoch(t);
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    take_stack(t, 0);
+    sync_stack(t, SIZE_MAX, nullptr, nullptr);
+  }
+  ++t.depth;
+}
+
+// At an op's end: frames that began inside it are over.
+void stack_at_op_end() {
+  PyThread& t = t_py;
+  if (t.depth > 0) --t.depth;
+  size_t keep = t.open.size();
+  while (keep > 0 && t.open[keep - 1].depth > t.depth) --keep;
+  close_from(t, keep);
+}
+
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   try {
     const char* name = fn.name();
@@ -574,6 +806,12 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     } catch (...) {
       // Inputs that cannot be read (symbolic sizes): the op without its args.
     }
+    if (g_stack.load(std::memory_order_relaxed)) {
+      try {
+        stack_at_op();
+      } catch (...) {
+      }
+    }
     g_begin(&fn, name, fn.seqNr(), flags, args);
   } catch (...) {
   }
@@ -584,7 +822,61 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
 void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   try {
     g_end(&fn);
+    if (g_stack.load(std::memory_order_relaxed)) stack_at_op_end();
   } catch (...) {
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// PyTorch's allocator events (profile_memory). c10's allocators report to whatever sits in the
+// calling thread's ThreadLocalDebugInfo under PROFILER_STATE, which torch's profiler code reads as
+// a ProfilerStateBase: so the reporter is one, with a disabled config (profilerEnabled() stays
+// false: torch sees no profiler of its own) whose memoryProfilingEnabled() says yes.
+
+// Whether this thread already has a profiler state (torch.profiler's): it gets the events then.
+bool ThreadLocalDebugInfoHasProfiler() {
+  return c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) != nullptr;
+}
+
+struct MemoryReporter final : prof::ProfilerStateBase {
+  MemoryReporter() : prof::ProfilerStateBase(prof::ProfilerConfig(prof::ProfilerState::Disabled)) {}
+
+  void reportMemoryUsage(void* ptr, int64_t alloc_size, size_t total_allocated,
+                         size_t total_reserved, c10::Device device) override {
+    if (!on.load(std::memory_order_relaxed)) return;
+    int16_t index = device.is_cpu() ? -1 : static_cast<int16_t>(device.index());
+    g_memory(reinterpret_cast<uint64_t>(ptr), alloc_size, total_allocated, total_reserved, index);
+  }
+
+  bool memoryProfilingEnabled() const override { return on.load(std::memory_order_relaxed); }
+
+  prof::ActiveProfilerType profilerType() override { return prof::ActiveProfilerType::NONE; }
+
+  // Cleared when the window closes: copies of the thread's debug info that other threads took
+  // (the autograd engine's) then report nothing.
+  std::atomic<bool> on{true};
+};
+
+std::shared_ptr<MemoryReporter> g_reporter;
+
+void memory_on() {
+  if (ThreadLocalDebugInfoHasProfiler()) return;
+  auto r = std::make_shared<MemoryReporter>();
+  c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, r);
+  g_reporter = std::move(r);
+}
+
+void memory_off() {
+  auto r = std::move(g_reporter);
+  if (!r) return;
+  r->on.store(false, std::memory_order_relaxed);
+  // Popped only where it is the innermost: a profiler pushed after it (torch.profiler started
+  // inside the window) stays, and the reporter, switched off, stays beneath it.
+  if (c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) == r.get()) {
+    try {
+      c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
+    } catch (...) {
+    }
   }
 }
 
@@ -598,20 +890,27 @@ bool find(T& f, const char* name) {
 
 extern "C" {
 
-// Registers the callback (with the ops' input shapes when `shapes`): the handle, or 0 when the
-// shim's entry points are not in the process or PyTorch refused.
-__attribute__((visibility("default"))) uint64_t kinetrace_ops_enable(int shapes) {
+// Registers the callback: the handle, or 0 when the shim's entry points are not in the process or
+// PyTorch refused. `options`: 1 the ops' input shapes, 2 the Python frames around them, 4
+// PyTorch's allocator events (reported on this thread and where its debug info propagates: the
+// thread that opens the window, as torch.profiler's).
+__attribute__((visibility("default"))) uint64_t kinetrace_ops_enable(int options) {
   try {
     if (g_begin == nullptr) {
       BeginFn begin;
+      EpochFn epoch;
       if (!find(begin, "kinetrace_op_begin") || !find(g_end, "kinetrace_op_end") ||
           !find(g_args, "kinetrace_op_args") ||
-          !find(g_generation, "kinetrace_op_args_generation")) {
+          !find(g_generation, "kinetrace_op_args_generation") ||
+          !find(g_memory, "kinetrace_memory") || !find(epoch, "kinetrace_py_epoch")) {
         return 0;
       }
+      g_epoch = epoch();
       g_begin = begin;
     }
-    g_shapes = shapes != 0;
+    g_shapes = (options & kOptShapes) != 0;
+    g_stack.store((options & kOptStack) != 0, std::memory_order_relaxed);
+    if (options & kOptMemory) memory_on();
     g_concrete = prof::get_record_concrete_inputs_enabled();
     // Every scope, as torch.profiler records them; ids (sequence numbers) come with every
     // RecordFunction, so needsIds stays off.
@@ -622,10 +921,16 @@ __attribute__((visibility("default"))) uint64_t kinetrace_ops_enable(int shapes)
   }
 }
 
-// Removes the callback `kinetrace_ops_enable` registered. 1 when done.
+// Removes the callback `kinetrace_ops_enable` registered (and the memory reporter, on the thread
+// that installed it, which is the one that disables). 1 when done.
 __attribute__((visibility("default"))) int kinetrace_ops_disable(uint64_t handle) {
   try {
     if (handle != 0) at::removeCallback(handle);
+    g_stack.store(false, std::memory_order_relaxed);
+    memory_off();
+    // This thread's frames end now; other threads' at their next op of a later window (the
+    // epoch moved at the boundary that closed this one).
+    close_from(t_py, 0);
     return 1;
   } catch (...) {
     return 0;
@@ -661,6 +966,59 @@ __attribute__((visibility("default"))) int kinetrace_ops_set_groups(const char* 
   }
 }
 
+// The path prefixes cut from file names (one per line, tried in order). Call with the GIL held
+// (ctypes.PYFUNCTYPE). 1 when done.
+__attribute__((visibility("default"))) int kinetrace_py_set_prefixes(const char* text) {
+  try {
+    std::vector<std::string> prefixes;
+    std::string_view rest(text == nullptr ? "" : text);
+    while (!rest.empty()) {
+      auto eol = rest.find('\n');
+      std::string_view line = rest.substr(0, eol);
+      rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 1);
+      while (!line.empty() && line.back() == '/') line.remove_suffix(1);
+      if (!line.empty()) prefixes.emplace_back(line);
+    }
+    g_prefixes = std::move(prefixes);
+    return 1;
+  } catch (...) {
+    return 0;
+  }
+}
+
+// An nn.Module call begins (its forward pre-hook, called from Python with the GIL held through
+// ctypes.PYFUNCTYPE): the stack as it is now, without the hook's own frame, with the module's
+// `__call__` frame (`_wrapped_call_impl`, else `_call_impl`) opened afresh as `name`.
+__attribute__((visibility("default"))) void kinetrace_py_module(const char* name,
+                                                                 const char* module_id) {
+  try {
+    if (!g_stack.load(std::memory_order_relaxed) || !PyGILState_Check()) return;
+    PyThread& t = t_py;
+    check_epoch(t);
+    take_stack(t, 1);
+    size_t n = t.taken.size();
+    if (n < 2) return;
+    size_t at = n - 1;  // _call_impl
+    if (std::string_view(utf8(t.taken[n - 2].code->co_name)) == "_wrapped_call_impl") at = n - 2;
+    t.taken.resize(at + 1);
+    sync_stack(t, at, name, module_id);
+  } catch (...) {
+  }
+}
+
+// The stack as it is now, without the caller's own frame (the Python side calls this just before
+// PyTorch releases the GIL to run backward: the ops run then nest in these frames).
+__attribute__((visibility("default"))) void kinetrace_py_mark() {
+  try {
+    if (!g_stack.load(std::memory_order_relaxed) || !PyGILState_Check()) return;
+    PyThread& t = t_py;
+    check_epoch(t);
+    take_stack(t, 1);
+    sync_stack(t, SIZE_MAX, nullptr, nullptr);
+  } catch (...) {
+  }
+}
+
 // The entry points' contract version: the loader refuses a cached build with another.
-__attribute__((visibility("default"))) int kinetrace_ops_abi() { return 2; }
+__attribute__((visibility("default"))) int kinetrace_ops_abi() { return 3; }
 }
