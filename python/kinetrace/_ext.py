@@ -477,7 +477,6 @@ def load(torch):
                                         ctypes.c_char_p)
         lib.py_module = _with_gil(lib, "kinetrace_py_module", None, ctypes.c_char_p,
                                   ctypes.c_char_p)
-        lib.py_mark = _with_gil(lib, "kinetrace_py_mark", None)
     except (OSError, AttributeError) as e:
         raise RuntimeError("cannot load %s (%s)" % (shown, e))
     finally:

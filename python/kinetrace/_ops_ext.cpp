@@ -18,8 +18,8 @@
 // (so the strings are torch.profiler's), only when the key is new. Ids are good for one generation
 // of the shim's table (it is emptied between windows), which the cache checks.
 //
-// With `with_stack` the recorder also takes the Python stack at each op boundary (while the op's
-// thread holds the GIL), compares it with the one it saw last on that thread, and opens or closes
+// With `with_stack` the recorder also takes the Python stack at each op boundary (the op's
+// thread's own frames, read in place), compares it with the one it saw last on that thread, and opens or closes
 // `python_function` ranges where it changed (kinetrace_op_begin's flag 8): a frame becomes a range
 // when an op runs inside it, so frames that launch no op are left out. With `profile_memory` it
 // installs a reporter where c10's allocators look for the profiler (ThreadLocalDebugInfo's
@@ -28,9 +28,17 @@
 //
 // Nothing here may throw into PyTorch: every entry point and callback catches everything.
 
-// Python.h first, as the C API asks.
+// Python.h first, as the C API asks. The interpreter's own frame records (3.11+) are read
+// directly: PyTorch's Python bindings release the GIL around every op, so an op's thread runs no
+// Python then, and its frames stay as they are; reading them needs no GIL and makes no objects
+// (the public frame API would create frame objects, which needs the GIL).
 #include <Python.h>
 #include <frameobject.h>
+#if PY_VERSION_HEX >= 0x030B0000
+#define Py_BUILD_CORE 1
+#include <internal/pycore_frame.h>
+#undef Py_BUILD_CORE
+#endif
 
 #include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
@@ -572,29 +580,28 @@ uint32_t collective_args(const at::RecordFunction& fn, std::string_view name, bo
 // ---------------------------------------------------------------------------------------------
 
 // ---------------------------------------------------------------------------------------------
-// Python frames (with_stack). Everything that touches Python objects runs with the GIL held
-// (PyGILState_Check), so the caches below, shared by all threads, need no lock of their own.
+// Python frames (with_stack). An op's thread reads its own frames, which nothing changes while
+// it runs C++ (see the includes); the caches are per thread, so no lock is needed either.
 
 // Deepest stack taken; deeper frames (the outermost ones) are left out.
 constexpr size_t kMaxFrames = 128;
-// Cached names and CallFrom texts: past these, formatted each time.
-constexpr size_t kMaxCodes = 1 << 15;
-constexpr size_t kMaxCallFrom = 1 << 16;
+// Cached names and CallFrom texts per thread: past these, the caches start again.
+constexpr size_t kMaxCodes = 1 << 14;
+constexpr size_t kMaxCallFrom = 1 << 15;
 
 // Path prefixes (sys.path entries, longest first) cut from file names, as torch.profiler shows
-// `torch/nn/modules/linear.py` rather than the full path. Set from Python with the GIL held.
+// `torch/nn/modules/linear.py` rather than the full path. Replaced only between windows.
 std::vector<std::string> g_prefixes;
 
-struct CodeInfo {
-  std::string name;  // `file.py(firstline): func`
-  std::string file;  // the shortened file name, for CallFrom texts
-};
-
-// By code object, each holding a reference so that no other code object takes its address.
-std::unordered_map<PyCodeObject*, CodeInfo> g_codes;
-
-std::string utf8(PyObject* s) {
+// The text of a str without creating anything: ASCII (every file and function name in practice)
+// is read in place; anything else is formatted only with the GIL held, else shown as `?`.
+std::string text_of(PyObject* s) {
   if (s == nullptr || !PyUnicode_Check(s)) return "?";
+  if (PyUnicode_IS_COMPACT_ASCII(s)) {
+    return std::string(static_cast<const char*>(PyUnicode_DATA(s)),
+                       static_cast<size_t>(PyUnicode_GET_LENGTH(s)));
+  }
+  if (!PyGILState_Check()) return "?";
   const char* c = PyUnicode_AsUTF8(s);
   if (c == nullptr) {
     PyErr_Clear();
@@ -612,36 +619,50 @@ std::string short_file(const std::string& file) {
   return file;
 }
 
-void describe(PyCodeObject* code, CodeInfo& info) {
-  info.file = short_file(utf8(code->co_filename));
-  info.name = info.file + "(" + std::to_string(code->co_firstlineno) + "): " + utf8(code->co_name);
-}
+// What a code object is shown as. The cache holds no reference, so an entry keeps what tells
+// another code object at the same address apart; one with the same name, file and first line
+// is shown the same anyway.
+struct CodeInfo {
+  PyObject* co_name = nullptr;
+  PyObject* co_filename = nullptr;
+  int firstline = 0;
+  std::string name;  // `file.py(firstline): func`
+  std::string file;  // the shortened file name, for CallFrom texts
+};
 
-thread_local CodeInfo t_uncached;
+struct PyCaches {
+  std::unordered_map<PyCodeObject*, CodeInfo> codes;
+  // `"CallFrom":"file.py:line"` ids by (code, line), with the args table's generation.
+  std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> call_from;
+  std::string text;
+};
+
+thread_local PyCaches t_caches;
 
 const CodeInfo& code_info(PyCodeObject* code) {
-  auto it = g_codes.find(code);
-  if (it != g_codes.end()) return it->second;
-  if (g_codes.size() >= kMaxCodes) {
-    describe(code, t_uncached);
-    return t_uncached;
+  PyCaches& c = t_caches;
+  auto it = c.codes.find(code);
+  if (it != c.codes.end() && it->second.co_name == code->co_name &&
+      it->second.co_filename == code->co_filename &&
+      it->second.firstline == code->co_firstlineno) {
+    return it->second;
   }
-  Py_INCREF(code);
-  CodeInfo& info = g_codes[code];
-  describe(code, info);
+  if (c.codes.size() >= kMaxCodes) c.codes.clear();
+  CodeInfo& info = c.codes[code];
+  info.co_name = code->co_name;
+  info.co_filename = code->co_filename;
+  info.firstline = code->co_firstlineno;
+  info.file = short_file(text_of(code->co_filename));
+  info.name = info.file + "(" + std::to_string(code->co_firstlineno) + "): " +
+              text_of(code->co_name);
   return info;
 }
 
-// `"CallFrom":"file.py:line"` ids by (code, line), for the table's generation.
-struct CallFromId {
-  uint32_t generation;
-  uint32_t id;
-};
-std::unordered_map<uint64_t, CallFromId> g_call_from;
-
 uint32_t call_from_id(PyCodeObject* code, int line, const char* module_id) {
-  std::string text;
+  PyCaches& c = t_caches;
+  std::string& text = c.text;
   auto render = [&] {
+    text.clear();
     json_string("CallFrom", text);
     text.push_back(':');
     json_string(code_info(code).file + ":" + std::to_string(line), text);
@@ -654,30 +675,31 @@ uint32_t call_from_id(PyCodeObject* code, int line, const char* module_id) {
     render();
     return intern(text);
   }
-  uint64_t key = reinterpret_cast<uint64_t>(code) * 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(line);
+  uint64_t key =
+      reinterpret_cast<uint64_t>(code) * 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(line);
   uint32_t generation = g_generation();
-  auto it = g_call_from.find(key);
-  if (it != g_call_from.end() && it->second.generation == generation) return it->second.id;
+  auto it = c.call_from.find(key);
+  if (it != c.call_from.end() && it->second.first == generation) return it->second.second;
   render();
   uint32_t id = intern(text);
-  if (g_call_from.size() >= kMaxCallFrom) g_call_from.clear();
-  g_call_from[key] = {generation, id};
+  if (c.call_from.size() >= kMaxCallFrom) c.call_from.clear();
+  c.call_from[key] = {generation, id};
   return id;
 }
 
 // One frame of a stack taken at an op boundary (outermost first once taken).
 struct Frame {
-  PyFrameObject* frame;  // identity only: no reference is kept
-  PyCodeObject* code;    // kept alive by g_codes (or by its running frame)
-  int line;              // the line it is at now
+  const void* frame;   // the interpreter's frame record: identity only
+  PyCodeObject* code;  // alive while its frame runs
+  int line;            // the line it is at now
 };
 
 // One frame's open range on this thread.
 struct OpenFrame {
-  PyFrameObject* frame;
+  const void* frame;
   PyCodeObject* code;
-  uint64_t key;   // what the shim pairs its end with (odd: never a RecordFunction's address)
-  int depth;      // the ops open on this thread when it began
+  uint64_t key;  // what the shim pairs its end with (odd: never a RecordFunction's address)
+  int depth;     // the ops open on this thread when it began
 };
 
 struct PyThread {
@@ -706,21 +728,40 @@ void check_epoch(PyThread& t) {
   }
 }
 
-// Takes this thread's Python stack (the GIL is held), outermost first, leaving out the `skip`
-// innermost frames.
+// Takes this thread's Python stack, outermost first, leaving out the `skip` innermost frames.
+// Nothing when the thread has no Python thread state (the autograd engine's device threads).
 void take_stack(PyThread& t, size_t skip) {
   t.taken.clear();
-  PyFrameObject* f = PyEval_GetFrame();  // borrowed
-  Py_XINCREF(f);
+  PyThreadState* ts = PyGILState_GetThisThreadState();
+  if (ts == nullptr) return;
+#if PY_VERSION_HEX >= 0x030D0000
+  _PyInterpreterFrame* f = ts->current_frame;
+#elif PY_VERSION_HEX >= 0x030B0000
+  _PyInterpreterFrame* f = ts->cframe == nullptr ? nullptr : ts->cframe->current_frame;
+#else
+  PyFrameObject* f = ts->frame;
+#endif
   while (f != nullptr && t.taken.size() < kMaxFrames + skip) {
-    PyCodeObject* code = PyFrame_GetCode(f);  // new reference
-    t.taken.push_back({f, code, PyFrame_GetLineNumber(f)});
-    Py_DECREF(code);  // the running frame holds it
-    PyFrameObject* back = PyFrame_GetBack(f);  // new reference
-    Py_DECREF(f);  // the interpreter's frame keeps its frame object alive while it runs
-    f = back;
+#if PY_VERSION_HEX >= 0x030B0000
+    // Frames not started yet (and 3.12's shim frames) are not the job's.
+    if (!_PyFrame_IsIncomplete(f)) {
+#if PY_VERSION_HEX >= 0x030D0000
+      PyObject* exe = f->f_executable;
+      PyCodeObject* code = PyCode_Check(exe) ? reinterpret_cast<PyCodeObject*>(exe) : nullptr;
+#else
+      PyCodeObject* code = f->f_code;
+#endif
+      if (code != nullptr) {
+        int line = PyCode_Addr2Line(code, _PyInterpreterFrame_LASTI(f) * sizeof(_Py_CODEUNIT));
+        t.taken.push_back({f, code, line});
+      }
+    }
+    f = f->previous;
+#else
+    t.taken.push_back({f, f->f_code, PyCode_Addr2Line(f->f_code, f->f_lasti * 2)});
+    f = f->f_back;
+#endif
   }
-  Py_XDECREF(f);
   t.taken.erase(t.taken.begin(), t.taken.begin() + std::min(skip, t.taken.size()));
   std::reverse(t.taken.begin(), t.taken.end());
 }
@@ -753,13 +794,11 @@ void sync_stack(PyThread& t, size_t fresh, const char* module_name, const char* 
   }
 }
 
-// At an op's start: the frames around it, if this thread runs Python now. Without the GIL (the
-// autograd engine runs backward with it released) the ranges open on this thread stay as they
-// are: the Python side marks the stack just before releasing it (kinetrace_py_mark).
+// At an op's start: the frames around it (none on threads without Python).
 void stack_at_op() {
   PyThread& t = t_py;
   check_epoch(t);
-  if (Py_IsInitialized() && PyGILState_Check()) {
+  if (Py_IsInitialized()) {
     take_stack(t, 0);
     sync_stack(t, SIZE_MAX, nullptr, nullptr);
   }
@@ -998,23 +1037,17 @@ __attribute__((visibility("default"))) void kinetrace_py_module(const char* name
     take_stack(t, 1);
     size_t n = t.taken.size();
     if (n < 2) return;
-    size_t at = n - 1;  // _call_impl
-    if (std::string_view(utf8(t.taken[n - 2].code->co_name)) == "_wrapped_call_impl") at = n - 2;
+    // The module's call: the innermost `_wrapped_call_impl` (the hook runs a few frames inside
+    // it, in `_call_impl` or its `inner`), else the innermost `_call_impl`.
+    size_t at = n;
+    for (const char* want : {"_wrapped_call_impl", "_call_impl"}) {
+      for (size_t i = n; i-- > 0 && n - i <= 4 && at == n;) {
+        if (text_of(t.taken[i].code->co_name) == want) at = i;
+      }
+    }
+    if (at == n) return;
     t.taken.resize(at + 1);
     sync_stack(t, at, name, module_id);
-  } catch (...) {
-  }
-}
-
-// The stack as it is now, without the caller's own frame (the Python side calls this just before
-// PyTorch releases the GIL to run backward: the ops run then nest in these frames).
-__attribute__((visibility("default"))) void kinetrace_py_mark() {
-  try {
-    if (!g_stack.load(std::memory_order_relaxed) || !PyGILState_Check()) return;
-    PyThread& t = t_py;
-    check_epoch(t);
-    take_stack(t, 1);
-    sync_stack(t, SIZE_MAX, nullptr, nullptr);
   } catch (...) {
   }
 }

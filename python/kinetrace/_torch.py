@@ -17,9 +17,8 @@ off: PyTorch runs exactly as it does without kinetrace.
 
 With ``with_stack`` (bit 8) the compiled recorder also records the Python frames around each op
 (``python_function`` ranges); module calls then become frames named ``nn.Module: Linear_0`` (the
-forward pre-hook tells the recorder which frame is the module's call), the stack is marked just
-before autograd's engine runs backward with the GIL released (so backward ops nest in the frames
-that called ``backward()``), and Python's garbage collections are recorded as
+forward pre-hook tells the recorder which frame is the module's call), and Python's garbage
+collections are recorded as
 ``python::gc (gen N)`` ranges. With ``profile_memory`` (bit 16) the recorder installs PyTorch's
 allocator reporting hook on this thread for the window. Both need the compiled recorder: the NVTX
 route records neither (said once in the log).
@@ -47,9 +46,8 @@ _ext_handle = 0
 # The process groups' ranks (`name\tr0,r1,…` lines, see _dist.py), and whether the recorder has them.
 _groups = None
 _groups_given = False
-# with_stack's pieces: the gc callback and autograd's backward entry point as it was.
+# with_stack's gc callback.
 _gc_callback = None
-_run_backward = None
 _said_nvtx_extras = False
 
 
@@ -243,9 +241,8 @@ def _module_name(m):
 
 
 def _add_stack_hooks(torch, lib):
-    """with_stack: module calls named through the recorder, the stack marked before backward, and
-    garbage collections as ranges."""
-    global _gc_callback, _run_backward
+    """with_stack: module calls named through the recorder, and garbage collections as ranges."""
+    global _gc_callback
     module = torch.nn.modules.module
     mark_module = _ext_lib.py_module
 
@@ -254,19 +251,6 @@ def _add_stack_hooks(torch, lib):
         mark_module(name, n)
 
     _hooks.append(module.register_module_forward_pre_hook(before))
-
-    autograd = torch.autograd
-    original = getattr(autograd, "_engine_run_backward", None)
-    if original is not None and _run_backward is None:
-        mark = _ext_lib.py_mark
-
-        def _engine_run_backward(*args, **kwargs):
-            # PyTorch releases the GIL to run backward: the ops then nest in these frames.
-            mark()
-            return original(*args, **kwargs)
-
-        _run_backward = original
-        autograd._engine_run_backward = _engine_run_backward
 
     if _gc_callback is None:
         import gc
@@ -288,13 +272,7 @@ def _add_stack_hooks(torch, lib):
 
 
 def _remove_stack_hooks(torch):
-    global _gc_callback, _run_backward
-    if _run_backward is not None:
-        try:
-            torch.autograd._engine_run_backward = _run_backward
-        except Exception:
-            pass
-        _run_backward = None
+    global _gc_callback
     if _gc_callback is not None:
         import gc
 
