@@ -139,7 +139,8 @@ pub static KEYS: &[Key] = &[
         kineto: Some("ACTIVITY_TYPES"),
         form: "a comma-separated list of cpu_op, user_annotation, cuda_runtime, cuda_driver, kernel, \
                gpu_memcpy, gpu_memset, cuda_sync, cpu_instant_event, marker, overhead (Kineto names \
-               kinetrace does not record, such as python_function, are accepted and have no effect)",
+               kinetrace does not record, such as external_correlation, are accepted and have no effect; \
+               python_function ranges go with user_annotation)",
         default: "all but cpu_instant_event and marker (Kineto's default set)",
         doc: "Which records to keep.",
         apply: |l, v| activities(v).map(|a| l.activities = Some(a)),
@@ -383,7 +384,9 @@ pub static KEYS: &[Key] = &[
         form: FORM_BOOL,
         default: "1",
         doc: "With the PyTorch ops, record each `nn.Module` forward as a `user_annotation` range \
-              named `nn.Module: {Class}_{n}` (global forward hooks, installed only inside windows).",
+              named `nn.Module: {Class}_{n}` (global forward hooks, installed only inside windows); \
+              with KINETRACE_WITH_STACK the module calls are `python_function` frames of that name \
+              instead, as in torch.profiler's `with_stack` traces.",
         apply: |l, v| boolean(v).map(|b| l.with_modules = Some(b)),
     },
     Key {
