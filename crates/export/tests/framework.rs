@@ -228,7 +228,14 @@ fn frame(name: &str, start: u64, end: u64, id: u64, parent: Option<u64>, text: &
 #[test]
 fn python_frames_are_written_as_torch_profiler_writes_them() {
     let evs = events(&[
-        frame("guide.py(17): train", 0, 100, 4, None, r#""CallFrom":"guide.py:35""#),
+        frame(
+            "guide.py(17): train",
+            0,
+            100,
+            4,
+            None,
+            r#""CallFrom":"guide.py:35""#,
+        ),
         frame(
             "nn.Module: Linear_1",
             10,
@@ -250,7 +257,10 @@ fn python_frames_are_written_as_torch_profiler_writes_them() {
         .map(String::as_str)
         .collect();
     assert_eq!(keys, ["CallFrom", "Python id"]);
-    assert_eq!(train["args"], json!({"CallFrom": "guide.py:35", "Python id": 4}));
+    assert_eq!(
+        train["args"],
+        json!({"CallFrom": "guide.py:35", "Python id": 4})
+    );
     let module = named(&evs, "nn.Module: Linear_1");
     assert_eq!(
         module["args"],
@@ -287,7 +297,10 @@ fn framework_allocator_events_are_memory_instants_with_torchs_args() {
     let mem: Vec<&Value> = evs.iter().filter(|e| e["name"] == "[memory]").collect();
     assert_eq!(mem.len(), 2);
     for e in &mem {
-        assert_eq!((&e["ph"], &e["cat"], &e["s"]), (&json!("i"), &json!("cpu_instant_event"), &json!("t")));
+        assert_eq!(
+            (&e["ph"], &e["cat"], &e["s"]),
+            (&json!("i"), &json!("cpu_instant_event"), &json!("t"))
+        );
     }
     assert_eq!(
         mem[0]["args"],

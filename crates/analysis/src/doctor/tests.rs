@@ -597,7 +597,10 @@ fn host_stall() {
         );
     })]);
     let f = get(&r, "host-stall");
-    assert_eq!(f.evidence[0].what, "python::gc (gen 2) (garbage collection)");
+    assert_eq!(
+        f.evidence[0].what,
+        "python::gc (gen 2) (garbage collection)"
+    );
     assert!(
         f.summary.contains("in Python garbage collection"),
         "{}",
@@ -616,7 +619,11 @@ fn host_stall() {
     })]);
     let f = get(&r, "host-stall");
     assert_eq!(f.evidence[0].what, "(nothing recorded)");
-    assert!(f.summary.contains("in Python garbage collection"), "{}", f.summary);
+    assert!(
+        f.summary.contains("in Python garbage collection"),
+        "{}",
+        f.summary
+    );
 
     // Gaps of 0.9 ms are ordinary overhead: quiet.
     let t = steps_with_hole(|t, ts| {

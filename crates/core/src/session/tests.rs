@@ -1103,13 +1103,9 @@ fn python_frames_get_their_parents_and_allocator_events_their_totals() {
     let memory: Vec<_> = got
         .iter()
         .filter_map(|a| match a.detail {
-            Detail::Memory(m) => Some((
-                m.op,
-                m.device,
-                m.bytes,
-                m.total_allocated,
-                m.total_reserved,
-            )),
+            Detail::Memory(m) => {
+                Some((m.op, m.device, m.bytes, m.total_allocated, m.total_reserved))
+            }
             _ => None,
         })
         .collect();
