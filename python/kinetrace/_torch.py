@@ -133,7 +133,7 @@ def _enable(torch, lib, want):
         atexit.register(_at_exit)
         _exit_registered = True
     if stack:
-        _add_stack_hooks(torch, lib)
+        _add_stack_hooks(torch, lib, bool(want & 4))
     elif want & 4:
         _add_module_hooks(torch, lib)
 
@@ -240,17 +240,19 @@ def _module_name(m):
     return named
 
 
-def _add_stack_hooks(torch, lib):
-    """with_stack: module calls named through the recorder, and garbage collections as ranges."""
+def _add_stack_hooks(torch, lib, modules):
+    """with_stack: module calls named through the recorder (unless `modules` is off), and garbage
+    collections as ranges."""
     global _gc_callback
-    module = torch.nn.modules.module
-    mark_module = _ext_lib.py_module
+    if modules:
+        module = torch.nn.modules.module
+        mark_module = _ext_lib.py_module
 
-    def before(m, args):
-        name, n = _module_name(m)
-        mark_module(name, n)
+        def before(m, args):
+            name, n = _module_name(m)
+            mark_module(name, n)
 
-    _hooks.append(module.register_module_forward_pre_hook(before))
+        _hooks.append(module.register_module_forward_pre_hook(before))
 
     if _gc_callback is None:
         import gc
