@@ -24,6 +24,7 @@ echo "torch $("$py" -c 'import torch; print(torch.__version__)'), $(nproc) cores
 mkdir -p "$out/pkg"
 ln -s "$root/python/kinetrace" "$out/pkg/kinetrace"
 for w in ops steps; do
+    [ "${KT_STACKS:-}" = only ] && break
     echo "-- $w"
     "$py" benches/torch_ops.py plain $w
     "$py" benches/torch_ops.py torch.profiler $w
@@ -38,6 +39,20 @@ for w in ops steps; do
         "$py" benches/torch_ops.py kinetrace.profile $w 2>>"$out/log"
     KINETRACE_PRELOAD_PATH="${CARGO_TARGET_DIR:-$root/target}/release/libkinetrace.so" PYTHONPATH="$out/pkg" \
         "$py" benches/torch_ops.py kinetrace.profile-shapes $w 2>>"$out/log"
+done
+# with_stack and profile_memory, each against torch.profiler with the same switch (KT_STACKS=only:
+# this part alone).
+for w in ops steps; do
+    echo "-- $w: with_stack / profile_memory"
+    if [ "${KT_STACKS:-}" = only ]; then
+        "$py" benches/torch_ops.py plain $w
+        "$py" benches/torch_ops.py torch.profiler $w
+        "$kt" record --no-summary -o "$out/inside" --log "$out/log" -- "$py" benches/torch_ops.py inside $w
+    fi
+    "$py" benches/torch_ops.py torch.profiler-stack $w
+    "$kt" record --with-stack --no-summary -o "$out/stack" --log "$out/log" -- "$py" benches/torch_ops.py inside-stack $w
+    "$py" benches/torch_ops.py torch.profiler-memory $w
+    "$kt" record --profile-memory --no-summary -o "$out/memory" --log "$out/log" -- "$py" benches/torch_ops.py inside-memory $w
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "routes taken (kinetrace's log, in run order):"
