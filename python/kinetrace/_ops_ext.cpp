@@ -691,8 +691,11 @@ uint32_t call_from_id(PyCodeObject* code, int line, const char* module_id) {
 struct Frame {
   const void* frame;   // the interpreter's frame record: identity only
   PyCodeObject* code;  // alive while its frame runs
-  int line;            // the line it is at now
+  int offset;          // the byte offset of its current instruction (its line, when needed)
 };
+
+// The line a frame is at: decoding the line table costs, so only for a frame that opens.
+int line_of(const Frame& f) { return PyCode_Addr2Line(f.code, f.offset); }
 
 // One frame's open range on this thread.
 struct OpenFrame {
@@ -752,13 +755,13 @@ void take_stack(PyThread& t, size_t skip) {
       PyCodeObject* code = f->f_code;
 #endif
       if (code != nullptr) {
-        int line = PyCode_Addr2Line(code, _PyInterpreterFrame_LASTI(f) * sizeof(_Py_CODEUNIT));
-        t.taken.push_back({f, code, line});
+        int offset = _PyInterpreterFrame_LASTI(f) * static_cast<int>(sizeof(_Py_CODEUNIT));
+        t.taken.push_back({f, code, offset});
       }
     }
     f = f->previous;
 #else
-    t.taken.push_back({f, f->f_code, PyCode_Addr2Line(f->f_code, f->f_lasti * 2)});
+    t.taken.push_back({f, f->f_code, f->f_lasti * 2});
     f = f->f_back;
 #endif
   }
@@ -770,7 +773,7 @@ void open_frame(PyThread& t, size_t i, const char* name, const char* module_id) 
   const Frame& fr = t.taken[i];
   // CallFrom: where the caller is now (the outermost frame: where it is itself).
   const Frame& caller = i > 0 ? t.taken[i - 1] : fr;
-  uint32_t args = call_from_id(caller.code, caller.line, module_id);
+  uint32_t args = call_from_id(caller.code, line_of(caller), module_id);
   if (name == nullptr) name = code_info(fr.code).name.c_str();
   uint64_t key = (t.next_key += 2);
   g_begin(reinterpret_cast<const void*>(key), name, -1, kPython, args);
