@@ -278,3 +278,38 @@ def test_garbage_collections_are_ranges_in_their_step(built, tmp_path):
     assert rec.returncode == 0, rec.stderr
     (plain,) = _traces(out2)
     assert not any("python::gc" in e.get("name", "") for e in _load(plain)["traceEvents"])
+
+
+def test_kinetrace_profile_honours_with_stack_and_profile_memory(built, tmp_path):
+    """kinetrace.profile(with_stack=True, profile_memory=True) (the in-process API, the shim loaded
+    with ctypes) records what `record --with-stack --profile-memory` does, with no warning."""
+    one_import = ("from torch.profiler import ProfilerActivity, profile, schedule",
+                  "from torch.profiler import ProfilerActivity, schedule\n"
+                  "    from kinetrace import profile")
+    assert one_import[0] in GUIDE_ALL
+    script = tmp_path / SCRIPT
+    script.write_text(GUIDE_ALL)
+    api = tmp_path / "api" / SCRIPT
+    api.parent.mkdir()
+    api.write_text(GUIDE_ALL.replace(*one_import))
+    env = _env(tmp_path)
+    theirs = tmp_path / "torch.json"
+    peer = _run([str(TORCH_PYTHON), str(script), "torch.profiler", str(theirs)], env, tmp_path)
+    assert peer.returncode == 0, peer.stderr
+    env = dict(env, PYTHONPATH=str(base.ROOT / "python"),
+               KINETRACE_PRELOAD_PATH=str(built["shim"]))
+    ours_path = tmp_path / "ours.json"
+    ours = _run([str(TORCH_PYTHON), "-W", "always", str(api), "torch.profiler", str(ours_path)],
+                env, tmp_path / "api")
+    assert ours.returncode == 0 and ours.stdout == "trained\n", ours.stderr
+    assert "not honoured" not in ours.stderr, ours.stderr
+    doc, peer_doc = _load(ours_path), _load(theirs)
+    assert doc.get("with_stack") == doc.get("profile_memory") == 1, list(doc)[:12]
+    mine, orphans = _op_lines(doc)
+    torchs, _ = _op_lines(peer_doc)
+    assert not orphans, orphans
+    assert mine == torchs, {k: (mine.get(k), torchs.get(k)) for k in set(mine) | set(torchs)
+                            if mine.get(k) != torchs.get(k)}
+    mem, torch_mem = _memory_per_step(doc), _memory_per_step(peer_doc)
+    assert [m[1] for m in mem] == [m[1] for m in torch_mem], (mem, torch_mem)
+    assert [m[3] for m in mem] == [m[3] for m in torch_mem], (mem, torch_mem)
