@@ -159,6 +159,9 @@ pub(crate) fn step_now() -> bool {
     if !is_running() {
         return false;
     }
+    // Python frame ranges do not cross step boundaries (see `ops::cut_python`); here, where the
+    // boundary happens (after any deferral), as in `process::step_now`.
+    crate::ops::cut_python();
     let mut slot = lock(&EMBEDDED);
     let Some(e) = slot.as_mut() else {
         return false;

@@ -143,7 +143,6 @@ pub fn cuda_initializing() -> Install {
 /// torch.profiler's traces.
 pub fn step() -> Install {
     if crate::embed::is_running() {
-        crate::ops::cut_python();
         crate::embed::step();
         return Install::default();
     }
