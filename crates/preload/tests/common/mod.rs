@@ -120,6 +120,7 @@ impl World {
             .env("KINETRACE_CUPTI_PATH", self.libs.join("libcupti.so.12"))
             .env("LD_LIBRARY_PATH", &self.libs)
             .stdin(Stdio::null());
+        default_signals(&mut c);
         c
     }
 
@@ -163,4 +164,22 @@ pub fn reachable_scratch() -> PathBuf {
         .find(|d| reachable(d))
         .cloned()
         .unwrap_or_else(|| panic!("none of {candidates:?} can be reached by other users"))
+}
+
+/// Starts the child with SIGINT, SIGTERM and SIGHUP at their default action, as from a terminal:
+/// an ignored signal is inherited across exec, so a suite run under `nohup` (SIGHUP ignored) or by
+/// a runner without job control (SIGINT ignored) would otherwise give every job an ignored signal,
+/// and a test that ends a job with it would wait for nothing.
+fn default_signals(c: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and calls only `signal`, which is
+    // async-signal-safe; it allocates nothing and takes no lock.
+    unsafe {
+        c.pre_exec(|| {
+            for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::signal(s, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
 }
