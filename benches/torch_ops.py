@@ -13,12 +13,13 @@ draining its rings, which the wall time includes when the cores are shared). The
 the process runs (`scripts/bench-torch-ops.sh` runs every mode side by side):
 
 - `plain`: no profiler at all;
-- `torch.profiler` / `torch.profiler-shapes`: inside `torch.profiler.profile(activities=[CPU])`
-  (with `record_shapes=True`; export not timed);
+- `torch.profiler` / `torch.profiler-shapes` / `torch.profiler-stack` / `torch.profiler-memory`:
+  inside `torch.profiler.profile(activities=[CPU])` (with `record_shapes=True`, `with_stack=True`,
+  `profile_memory=True`; export not timed);
 - `dormant`: under `kinetrace record --on-demand` (shim loaded, optimizer hook and NVTX injection
   set up, no window open: PyTorch's NVTX state stays off);
-- `inside` / `inside-shapes`: under `kinetrace record` recording the whole run (with
-  `--record-shapes`): every op a span in kinetrace's rings, through the compiled RecordFunction
+- `inside` / `inside-shapes` / `inside-stack` / `inside-memory`: under `kinetrace record`
+  recording the whole run (with `--record-shapes`, `--with-stack`, `--profile-memory`): every op a span in kinetrace's rings, through the compiled RecordFunction
   recorder when it is built (the default route);
 - `inside-nvtx` / `inside-shapes-nvtx`: the same with `KINETRACE_TORCH_OPS_ROUTE=nvtx` set by the
   caller: PyTorch's NVTX state on, every op an NVTX range (the fallback route);
@@ -79,7 +80,9 @@ def once():
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU],
-                     record_shapes=MODE == "torch.profiler-shapes") as p:
+                     record_shapes=MODE == "torch.profiler-shapes",
+                     with_stack=MODE == "torch.profiler-stack",
+                     profile_memory=MODE == "torch.profiler-memory") as p:
             t, c = time.perf_counter(), time.thread_time()
             work()
             dt = time.perf_counter() - t, time.thread_time() - c

@@ -18,9 +18,12 @@
 #                                    runs the staged workload, checks its trace, runs the same work
 #                                    and a training loop under torch.profiler (and under
 #                                    `kinetrace record` when the staged CLI has it; then a one-rank
-#                                    NCCL job with DDP under `record --record-shapes`: torch's
-#                                    record_param_comms args, NCCL kernels labelled with them,
-#                                    distributedInfo with the NCCL version), prints one summary
+#                                    NCCL job with DDP under `record --record-shapes --with-stack
+#                                    --profile-memory`: torch's record_param_comms args, NCCL
+#                                    kernels labelled with them, distributedInfo with the NCCL
+#                                    version, the CUDA caching allocator's [memory] events with
+#                                    Total Reserved, kernels reaching a job line through their op's
+#                                    python_function frames), prints one summary
 #                                    table; output and logs in DIR (default ./gpu-check-out-TIME).
 #                                    With the staged CLI it also runs a bf16 matmul of known size
 #                                    (8192³) under torch.profiler through `kinetrace analyze --only

@@ -73,6 +73,7 @@ where
         recorder::push(CpuRecord::Begin {
             name,
             annotation: !self.cpu_ops,
+            python: false,
             start: Ticks::now(),
             id: ext,
             args: kinetrace_core::OpArgs::NONE,

@@ -1265,8 +1265,10 @@ def candle_step(s, stage, out, libs):
 
 def nccl_step(s, cli, py, out):
     """Collectives over NCCL (nccl_check.py): a one-rank NCCL job with DDP under `kinetrace record
-    --record-shapes`; its trace must have torch's record_param_comms args, NCCL kernels labelled
-    with them, derived args on c10d ops and distributedInfo with the NCCL version."""
+    --record-shapes --with-stack --profile-memory`; its trace must have torch's record_param_comms
+    args, NCCL kernels labelled with them, derived args on c10d ops, distributedInfo with the NCCL
+    version, the CUDA caching allocator's [memory] events with Total Reserved, and kernels that
+    reach a line of the job through their op and its python_function frames."""
     import socket
 
     import nccl_check
@@ -1283,7 +1285,9 @@ def nccl_step(s, cli, py, out):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    rc, so, se = run_child([cli, "record", "--record-shapes", "--iterations", "3", "--start-iteration", "2",
+    # All three of the guide's switches: the allocator's GPU events and the frames come with it.
+    rc, so, se = run_child([cli, "record", "--record-shapes", "--with-stack", "--profile-memory",
+                            "--iterations", "3", "--start-iteration", "2",
                             "-o", n_out, "--", py, job, str(port)], 150, env=torch_env(),
                            log=os.path.join(out, "nccl.log"))
     r = last_json(so) or {}

@@ -8,7 +8,11 @@ job on the GPU under `kinetrace record --record-shapes`, and what its trace must
   them;
 - NCCL kernels that carry the collective args of the range that launched them (as Kineto copies
   them);
-- `c10d::allreduce_` ops with the args kinetrace derives on every backend.
+- `c10d::allreduce_` ops with the args kinetrace derives on every backend;
+- with `--with-stack --profile-memory` too: the CUDA caching allocator's `[memory]` events
+  (`Device Type` 1, `Device Id` 0, `Total Reserved` at least `Total Allocated` and above 0), and
+  GPU kernels that reach a line of the job through their op's `External id` and the
+  `python_function` frames around that op.
 
 Used by gpu_check.py (`all` runs it, `selftest` checks the checks on a synthetic trace). No torch
 import here: the job is a separate process.
@@ -77,7 +81,52 @@ def checks(doc):
     derived = [e for e in c10d if (e.get("args") or {}).get("Collective name") == "allreduce"]
     out.append(("c10d::allreduce_ with derived args", bool(c10d) and len(derived) == len(c10d),
                 "%d ops, %d with args" % (len(c10d), len(derived))))
+    mem = [e for e in evs if e.get("name") == "[memory]"]
+    gpu = [e for e in mem if (e.get("args") or {}).get("Device Type") == 1
+           and e["args"].get("Device Id") == 0]
+    reserved = [e for e in gpu if e["args"].get("Total Reserved", 0) > 0
+                and e["args"].get("Total Reserved", 0) >= e["args"].get("Total Allocated", 0)]
+    out.append(("CUDA caching allocator [memory] with Total Reserved",
+                bool(gpu) and len(reserved) == len(gpu),
+                "%d [memory] events, %d on cuda:0, %d with 0 < Total Allocated <= Total Reserved"
+                % (len(mem), len(gpu), len(reserved))))
+    reached, linked = kernels_reaching_the_job(evs)
+    out.append(("kernels reach a line of the job (External id, python_function)",
+                linked > 0 and reached >= 0.9 * linked,
+                "%d of %d kernels with an op reach %s:<line>" % (reached, linked, JOB_FILE)))
     return out
+
+
+# The job's file name as the trace shows it (relative to its directory, sys.path[0]).
+JOB_FILE = "nccl_job.py"
+
+
+def kernels_reaching_the_job(evs):
+    """(kernels whose op has a python_function ancestor called from the job's file, kernels whose
+    External id names a cpu_op)."""
+    ops = {}
+    frames = {}
+    for e in evs:
+        if e.get("ph") != "X":
+            continue
+        if e.get("cat") == "cpu_op" and "External id" in (e.get("args") or {}):
+            ops[e["args"]["External id"]] = e
+        elif e.get("cat") == "python_function":
+            frames.setdefault(e.get("tid"), []).append(e)
+    reached = linked = 0
+    for k in evs:
+        if k.get("cat") != "kernel":
+            continue
+        op = ops.get((k.get("args") or {}).get("External id"))
+        if op is None:
+            continue
+        linked += 1
+        t0, t1 = op["ts"], op["ts"] + op.get("dur", 0)
+        if any(f["ts"] <= t0 and t1 <= f["ts"] + f.get("dur", 0)
+               and str((f.get("args") or {}).get("CallFrom", "")).startswith(JOB_FILE + ":")
+               for f in frames.get(op.get("tid"), [])):
+            reached += 1
+    return reached, linked
 
 
 def synthetic():
@@ -95,6 +144,12 @@ def synthetic():
         evs.append({"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": t + 20, "dur": 10,
                     "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
                     "args": {"External id": 10 * step + 2, "Collective name": "allreduce"}})
+        evs.append({"ph": "X", "cat": "python_function", "name": "torch/distributed/c10d_logger.py(79): wrapper",
+                    "pid": 1, "tid": 1, "ts": t - 5, "dur": 60,
+                    "args": {"CallFrom": JOB_FILE + ":19", "Python id": 100 + step}})
+        evs.append({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1,
+                    "ts": t + 2, "args": {"Total Reserved": 2 << 20, "Total Allocated": 16384, "Bytes": 16384,
+                                          "Device Id": 0, "Device Type": 1, "Addr": 1 << 40}})
     return {"distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1, "nccl_version": "2.27.5"},
             "traceEvents": evs}
 
@@ -122,6 +177,15 @@ def selftest(report):
          "NCCL kernels carry the collective's args"),
         ("a c10d op without args", lambda t: t["traceEvents"][0]["args"].pop("Collective name"),
          "c10d::allreduce_ with derived args"),
+        ("CPU-only [memory] events", lambda t: [e["args"].update({"Device Type": 0, "Device Id": -1})
+                                               for e in t["traceEvents"] if e["name"] == "[memory]"],
+         "CUDA caching allocator [memory] with Total Reserved"),
+        ("no Total Reserved", lambda t: [e["args"].update({"Total Reserved": 0})
+                                        for e in t["traceEvents"] if e["name"] == "[memory]"],
+         "CUDA caching allocator [memory] with Total Reserved"),
+        ("frames from elsewhere", lambda t: [e["args"].update({"CallFrom": "other.py:3"})
+                                            for e in t["traceEvents"] if e["cat"] == "python_function"],
+         "kernels reach a line of the job (External id, python_function)"),
     ]:
         t = copy.deepcopy(synthetic())
         mutate(t)

@@ -39,7 +39,7 @@ import time
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ops_ext.cpp")
 # The entry points' contract (kinetrace_ops_abi() in the source).
-ABI = 2
+ABI = 3
 # The compiler flags besides the paths. -DNDEBUG as torch itself is built: RecordFunction has a
 # member only in debug builds, so without it this code would read the release library's objects
 # with the wrong layout. Part of the cache key.
@@ -248,7 +248,8 @@ def file_name(torch_dir=None):
     h = hashlib.sha256()
     with open(SOURCE, "rb") as f:
         h.update(f.read())
-    for part in [version, torch_dir, lib_id, str(ABI)] + FLAGS:
+    # The Python version too: the recorder is built against its headers.
+    for part in [version, torch_dir, lib_id, str(ABI), sys.version] + FLAGS:
         h.update(b"\0" + part.encode())
     safe = re.sub(r"[^A-Za-z0-9.+-]", "_", version)
     return "ops-torch%s-%s.so" % (safe, h.hexdigest()[:16])
@@ -381,7 +382,13 @@ def _build_in(d, name, torch_dir, quiet, no_cache):
     try:
         built = os.path.join(work, "ops.so")
         lib = os.path.join(torch_dir, "lib")
-        cmd = [exe] + FLAGS + ["-D_GLIBCXX_USE_CXX11_ABI=%d" % abi, "-I", include, SOURCE,
+        # Python's headers: the recorder reads the Python stack at op boundaries (with_stack).
+        # Its symbols come from the interpreter that loads it, so libpython is not linked.
+        import sysconfig
+
+        py_include = sysconfig.get_paths()["include"]
+        cmd = [exe] + FLAGS + ["-D_GLIBCXX_USE_CXX11_ABI=%d" % abi, "-I", include,
+                               "-I", py_include, SOURCE,
                "-L", lib, "-lc10", "-ltorch_cpu", "-Wl,-rpath," + lib, "-o", built]
         t = time.monotonic()
         r = _run(cmd, BUILD_TIMEOUT_S)
@@ -462,6 +469,12 @@ def load(torch):
         lib.kinetrace_ops_disable.argtypes = [ctypes.c_uint64]
         lib.kinetrace_ops_set_groups.restype = ctypes.c_int
         lib.kinetrace_ops_set_groups.argtypes = [ctypes.c_char_p]
+        # Called with the GIL held (they read Python frames): PYFUNCTYPE, not ctypes' default
+        # of releasing it around the call.
+        lib.py_set_prefixes = _with_gil(lib, "kinetrace_py_set_prefixes", ctypes.c_int,
+                                        ctypes.c_char_p)
+        lib.py_module = _with_gil(lib, "kinetrace_py_module", None, ctypes.c_char_p,
+                                  ctypes.c_char_p)
     except (OSError, AttributeError) as e:
         raise RuntimeError("cannot load %s (%s)" % (shown, e))
     finally:
@@ -469,6 +482,14 @@ def load(torch):
     if lib.kinetrace_ops_abi() != ABI:
         raise RuntimeError("%s is for another kinetrace" % shown)
     return lib
+
+
+def _with_gil(lib, name, restype, *argtypes):
+    """The library's function `name`, called without releasing the GIL."""
+    import ctypes
+
+    address = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+    return ctypes.PYFUNCTYPE(restype, *argtypes)(address)
 
 
 def main(argv):

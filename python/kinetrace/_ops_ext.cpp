@@ -18,7 +18,27 @@
 // (so the strings are torch.profiler's), only when the key is new. Ids are good for one generation
 // of the shim's table (it is emptied between windows), which the cache checks.
 //
+// With `with_stack` the recorder also takes the Python stack at each op boundary (the op's
+// thread's own frames, read in place), compares it with the one it saw last on that thread, and opens or closes
+// `python_function` ranges where it changed (kinetrace_op_begin's flag 8): a frame becomes a range
+// when an op runs inside it, so frames that launch no op are left out. With `profile_memory` it
+// installs a reporter where c10's allocators look for the profiler (ThreadLocalDebugInfo's
+// PROFILER_STATE slot, what torch.profiler's profile_memory uses) on the thread that opens the
+// window, and hands every allocation and free to the shim (kinetrace_memory).
+//
 // Nothing here may throw into PyTorch: every entry point and callback catches everything.
+
+// Python.h first, as the C API asks. The interpreter's own frame records (3.11+) are read
+// directly: PyTorch's Python bindings release the GIL around every op, so an op's thread runs no
+// Python then, and its frames stay as they are; reading them needs no GIL and makes no objects
+// (the public frame API would create frame objects, which needs the GIL).
+#include <Python.h>
+#include <frameobject.h>
+#if PY_VERSION_HEX >= 0x030B0000
+#define Py_BUILD_CORE 1
+#include <internal/pycore_frame.h>
+#undef Py_BUILD_CORE
+#endif
 
 #include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
@@ -26,7 +46,10 @@
 #include <dlfcn.h>
 #include <torch/csrc/distributed/c10d/ParamCommsUtils.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/profiler/orchestration/observer.h>
 #include <torch/csrc/profiler/util.h>
+
+#include <atomic>
 
 #include <algorithm>
 #include <array>
@@ -58,11 +81,20 @@ using BeginFn = void (*)(const void* key, const char* name, int64_t sequence, ui
 using EndFn = void (*)(const void* key);
 using ArgsFn = uint32_t (*)(const char* text, size_t len);
 using GenerationFn = uint32_t (*)();
+using EpochFn = const std::atomic<uint32_t>* (*)();
+using MemoryFn = void (*)(uint64_t address, int64_t bytes, uint64_t allocated, uint64_t reserved,
+                          int16_t device);
 
 // kinetrace_op_begin's flags.
 constexpr uint32_t kAnnotation = 1;  // a record_function range: a user_annotation, not a cpu_op
 constexpr uint32_t kEvaluate = 2;    // autograd's `evaluate_function: …` range
 constexpr uint32_t kBackward = 4;    // a backward function (BACKWARD_FUNCTION scope)
+constexpr uint32_t kPython = 8;      // a Python frame (python_function)
+
+// kinetrace_ops_enable's options.
+constexpr int kOptShapes = 1;
+constexpr int kOptStack = 2;
+constexpr int kOptMemory = 4;
 
 constexpr std::string_view kEvaluatePrefix = "autograd::engine::evaluate_function: ";
 constexpr std::string_view kParamComms = "record_param_comms";
@@ -72,7 +104,11 @@ BeginFn g_begin = nullptr;
 EndFn g_end = nullptr;
 ArgsFn g_args = nullptr;
 GenerationFn g_generation = nullptr;
+MemoryFn g_memory = nullptr;
+// The shim's count of step boundaries that ended the Python frame ranges.
+const std::atomic<uint32_t>* g_epoch = nullptr;
 bool g_shapes = false;
+std::atomic<bool> g_stack{false};
 // torch.profiler's `Input Strides` and `Concrete Inputs` are there when this torch setting is on
 // (the default); read when a window opens.
 bool g_concrete = true;
@@ -543,6 +579,244 @@ uint32_t collective_args(const at::RecordFunction& fn, std::string_view name, bo
 
 // ---------------------------------------------------------------------------------------------
 
+// ---------------------------------------------------------------------------------------------
+// Python frames (with_stack). An op's thread reads its own frames, which nothing changes while
+// it runs C++ (see the includes); the caches are per thread, so no lock is needed either.
+
+// Deepest stack taken; deeper frames (the outermost ones) are left out.
+constexpr size_t kMaxFrames = 128;
+// Cached names and CallFrom texts per thread: past these, the caches start again.
+constexpr size_t kMaxCodes = 1 << 14;
+constexpr size_t kMaxCallFrom = 1 << 15;
+
+// Path prefixes (sys.path entries, longest first) cut from file names, as torch.profiler shows
+// `torch/nn/modules/linear.py` rather than the full path. Replaced only between windows.
+std::vector<std::string> g_prefixes;
+
+// The text of a str without creating anything: ASCII (every file and function name in practice)
+// is read in place; anything else is formatted only with the GIL held, else shown as `?`.
+std::string text_of(PyObject* s) {
+  if (s == nullptr || !PyUnicode_Check(s)) return "?";
+  if (PyUnicode_IS_COMPACT_ASCII(s)) {
+    return std::string(static_cast<const char*>(PyUnicode_DATA(s)),
+                       static_cast<size_t>(PyUnicode_GET_LENGTH(s)));
+  }
+  if (!PyGILState_Check()) return "?";
+  const char* c = PyUnicode_AsUTF8(s);
+  if (c == nullptr) {
+    PyErr_Clear();
+    return "?";
+  }
+  return c;
+}
+
+std::string short_file(const std::string& file) {
+  for (const std::string& p : g_prefixes) {
+    if (file.size() > p.size() + 1 && file.compare(0, p.size(), p) == 0 && file[p.size()] == '/') {
+      return file.substr(p.size() + 1);
+    }
+  }
+  return file;
+}
+
+// What a code object is shown as. The cache holds no reference, so an entry keeps what tells
+// another code object at the same address apart; one with the same name, file and first line
+// is shown the same anyway.
+struct CodeInfo {
+  PyObject* co_name = nullptr;
+  PyObject* co_filename = nullptr;
+  int firstline = 0;
+  std::string name;  // `file.py(firstline): func`
+  std::string file;  // the shortened file name, for CallFrom texts
+};
+
+struct PyCaches {
+  std::unordered_map<PyCodeObject*, CodeInfo> codes;
+  // `"CallFrom":"file.py:line"` ids by (code, line), with the args table's generation.
+  std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> call_from;
+  std::string text;
+};
+
+thread_local PyCaches t_caches;
+
+const CodeInfo& code_info(PyCodeObject* code) {
+  PyCaches& c = t_caches;
+  auto it = c.codes.find(code);
+  if (it != c.codes.end() && it->second.co_name == code->co_name &&
+      it->second.co_filename == code->co_filename &&
+      it->second.firstline == code->co_firstlineno) {
+    return it->second;
+  }
+  if (c.codes.size() >= kMaxCodes) c.codes.clear();
+  CodeInfo& info = c.codes[code];
+  info.co_name = code->co_name;
+  info.co_filename = code->co_filename;
+  info.firstline = code->co_firstlineno;
+  info.file = short_file(text_of(code->co_filename));
+  info.name = info.file + "(" + std::to_string(code->co_firstlineno) + "): " +
+              text_of(code->co_name);
+  return info;
+}
+
+uint32_t call_from_id(PyCodeObject* code, int line, const char* module_id) {
+  PyCaches& c = t_caches;
+  std::string& text = c.text;
+  auto render = [&] {
+    text.clear();
+    json_string("CallFrom", text);
+    text.push_back(':');
+    json_string(code_info(code).file + ":" + std::to_string(line), text);
+    if (module_id != nullptr) {
+      text += ",\"Python module id\":";
+      text += module_id;
+    }
+  };
+  if (module_id != nullptr) {
+    render();
+    return intern(text);
+  }
+  uint64_t key =
+      reinterpret_cast<uint64_t>(code) * 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(line);
+  uint32_t generation = g_generation();
+  auto it = c.call_from.find(key);
+  if (it != c.call_from.end() && it->second.first == generation) return it->second.second;
+  render();
+  uint32_t id = intern(text);
+  if (c.call_from.size() >= kMaxCallFrom) c.call_from.clear();
+  c.call_from[key] = {generation, id};
+  return id;
+}
+
+// One frame of a stack taken at an op boundary (outermost first once taken).
+struct Frame {
+  const void* frame;   // the interpreter's frame record: identity only
+  PyCodeObject* code;  // alive while its frame runs
+  int offset;          // the byte offset of its current instruction (its line, when needed)
+};
+
+// The line a frame is at: decoding the line table costs, so only for a frame that opens.
+int line_of(const Frame& f) { return PyCode_Addr2Line(f.code, f.offset); }
+
+// One frame's open range on this thread.
+struct OpenFrame {
+  const void* frame;
+  PyCodeObject* code;
+  uint64_t key;  // what the shim pairs its end with (odd: never a RecordFunction's address)
+  int depth;     // the ops open on this thread when it began
+};
+
+struct PyThread {
+  std::vector<OpenFrame> open;
+  std::vector<Frame> taken;
+  uint32_t epoch = 0;
+  int depth = 0;  // RecordFunctions begun and not ended on this thread, while recording stacks
+  uint64_t next_key = 1;
+};
+
+thread_local PyThread t_py;
+
+void close_from(PyThread& t, size_t from) {
+  while (t.open.size() > from) {
+    g_end(reinterpret_cast<const void*>(t.open.back().key));
+    t.open.pop_back();
+  }
+}
+
+// The ranges a step boundary ended (the shim's epoch moved): forgotten here too.
+void check_epoch(PyThread& t) {
+  uint32_t epoch = g_epoch->load(std::memory_order_relaxed);
+  if (epoch != t.epoch) {
+    t.epoch = epoch;
+    close_from(t, 0);
+  }
+}
+
+// Takes this thread's Python stack, outermost first, leaving out the `skip` innermost frames.
+// Nothing when the thread has no Python thread state (the autograd engine's device threads).
+void take_stack(PyThread& t, size_t skip) {
+  t.taken.clear();
+  PyThreadState* ts = PyGILState_GetThisThreadState();
+  if (ts == nullptr) return;
+#if PY_VERSION_HEX >= 0x030D0000
+  _PyInterpreterFrame* f = ts->current_frame;
+#elif PY_VERSION_HEX >= 0x030B0000
+  _PyInterpreterFrame* f = ts->cframe == nullptr ? nullptr : ts->cframe->current_frame;
+#else
+  PyFrameObject* f = ts->frame;
+#endif
+  while (f != nullptr && t.taken.size() < kMaxFrames + skip) {
+#if PY_VERSION_HEX >= 0x030B0000
+    // Frames not started yet (and 3.12's shim frames) are not the job's.
+    if (!_PyFrame_IsIncomplete(f)) {
+#if PY_VERSION_HEX >= 0x030D0000
+      PyObject* exe = f->f_executable;
+      PyCodeObject* code = PyCode_Check(exe) ? reinterpret_cast<PyCodeObject*>(exe) : nullptr;
+#else
+      PyCodeObject* code = f->f_code;
+#endif
+      if (code != nullptr) {
+        int offset = _PyInterpreterFrame_LASTI(f) * static_cast<int>(sizeof(_Py_CODEUNIT));
+        t.taken.push_back({f, code, offset});
+      }
+    }
+    f = f->previous;
+#else
+    t.taken.push_back({f, f->f_code, f->f_lasti * 2});
+    f = f->f_back;
+#endif
+  }
+  t.taken.erase(t.taken.begin(), t.taken.begin() + std::min(skip, t.taken.size()));
+  std::reverse(t.taken.begin(), t.taken.end());
+}
+
+void open_frame(PyThread& t, size_t i, const char* name, const char* module_id) {
+  const Frame& fr = t.taken[i];
+  // CallFrom: where the caller is now (the outermost frame: where it is itself).
+  const Frame& caller = i > 0 ? t.taken[i - 1] : fr;
+  uint32_t args = call_from_id(caller.code, line_of(caller), module_id);
+  if (name == nullptr) name = code_info(fr.code).name.c_str();
+  uint64_t key = (t.next_key += 2);
+  g_begin(reinterpret_cast<const void*>(key), name, -1, kPython, args);
+  t.open.push_back({fr.frame, fr.code, key, t.depth});
+}
+
+// Makes the open ranges match the stack just taken: the common prefix stays, the rest closes and
+// the new frames open. Frames from index `fresh` on are new calls whatever their identity (a
+// module call the forward pre-hook reports; its frame object may sit where the last one did).
+void sync_stack(PyThread& t, size_t fresh, const char* module_name, const char* module_id) {
+  size_t same = 0;
+  size_t limit = std::min({t.open.size(), t.taken.size(), fresh});
+  while (same < limit && t.open[same].frame == t.taken[same].frame &&
+         t.open[same].code == t.taken[same].code) {
+    ++same;
+  }
+  close_from(t, same);
+  for (size_t i = same; i < t.taken.size(); ++i) {
+    bool module = i == fresh && module_name != nullptr;
+    open_frame(t, i, module ? module_name : nullptr, module ? module_id : nullptr);
+  }
+}
+
+// At an op's start: the frames around it (none on threads without Python).
+void stack_at_op() {
+  PyThread& t = t_py;
+  check_epoch(t);
+  if (Py_IsInitialized()) {
+    take_stack(t, 0);
+    sync_stack(t, SIZE_MAX, nullptr, nullptr);
+  }
+  ++t.depth;
+}
+
+// At an op's end: frames that began inside it are over.
+void stack_at_op_end() {
+  PyThread& t = t_py;
+  if (t.depth > 0) --t.depth;
+  size_t keep = t.open.size();
+  while (keep > 0 && t.open[keep - 1].depth > t.depth) --keep;
+  close_from(t, keep);
+}
+
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   try {
     const char* name = fn.name();
@@ -574,6 +848,12 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     } catch (...) {
       // Inputs that cannot be read (symbolic sizes): the op without its args.
     }
+    if (g_stack.load(std::memory_order_relaxed)) {
+      try {
+        stack_at_op();
+      } catch (...) {
+      }
+    }
     g_begin(&fn, name, fn.seqNr(), flags, args);
   } catch (...) {
   }
@@ -584,7 +864,61 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
 void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   try {
     g_end(&fn);
+    if (g_stack.load(std::memory_order_relaxed)) stack_at_op_end();
   } catch (...) {
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// PyTorch's allocator events (profile_memory). c10's allocators report to whatever sits in the
+// calling thread's ThreadLocalDebugInfo under PROFILER_STATE, which torch's profiler code reads as
+// a ProfilerStateBase: so the reporter is one, with a disabled config (profilerEnabled() stays
+// false: torch sees no profiler of its own) whose memoryProfilingEnabled() says yes.
+
+// Whether this thread already has a profiler state (torch.profiler's): it gets the events then.
+bool ThreadLocalDebugInfoHasProfiler() {
+  return c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) != nullptr;
+}
+
+struct MemoryReporter final : prof::ProfilerStateBase {
+  MemoryReporter() : prof::ProfilerStateBase(prof::ProfilerConfig(prof::ProfilerState::Disabled)) {}
+
+  void reportMemoryUsage(void* ptr, int64_t alloc_size, size_t total_allocated,
+                         size_t total_reserved, c10::Device device) override {
+    if (!on.load(std::memory_order_relaxed)) return;
+    int16_t index = device.is_cpu() ? -1 : static_cast<int16_t>(device.index());
+    g_memory(reinterpret_cast<uint64_t>(ptr), alloc_size, total_allocated, total_reserved, index);
+  }
+
+  bool memoryProfilingEnabled() const override { return on.load(std::memory_order_relaxed); }
+
+  prof::ActiveProfilerType profilerType() override { return prof::ActiveProfilerType::NONE; }
+
+  // Cleared when the window closes: copies of the thread's debug info that other threads took
+  // (the autograd engine's) then report nothing.
+  std::atomic<bool> on{true};
+};
+
+std::shared_ptr<MemoryReporter> g_reporter;
+
+void memory_on() {
+  if (ThreadLocalDebugInfoHasProfiler()) return;
+  auto r = std::make_shared<MemoryReporter>();
+  c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, r);
+  g_reporter = std::move(r);
+}
+
+void memory_off() {
+  auto r = std::move(g_reporter);
+  if (!r) return;
+  r->on.store(false, std::memory_order_relaxed);
+  // Popped only where it is the innermost: a profiler pushed after it (torch.profiler started
+  // inside the window) stays, and the reporter, switched off, stays beneath it.
+  if (c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) == r.get()) {
+    try {
+      c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
+    } catch (...) {
+    }
   }
 }
 
@@ -598,20 +932,27 @@ bool find(T& f, const char* name) {
 
 extern "C" {
 
-// Registers the callback (with the ops' input shapes when `shapes`): the handle, or 0 when the
-// shim's entry points are not in the process or PyTorch refused.
-__attribute__((visibility("default"))) uint64_t kinetrace_ops_enable(int shapes) {
+// Registers the callback: the handle, or 0 when the shim's entry points are not in the process or
+// PyTorch refused. `options`: 1 the ops' input shapes, 2 the Python frames around them, 4
+// PyTorch's allocator events (reported on this thread and where its debug info propagates: the
+// thread that opens the window, as torch.profiler's).
+__attribute__((visibility("default"))) uint64_t kinetrace_ops_enable(int options) {
   try {
     if (g_begin == nullptr) {
       BeginFn begin;
+      EpochFn epoch;
       if (!find(begin, "kinetrace_op_begin") || !find(g_end, "kinetrace_op_end") ||
           !find(g_args, "kinetrace_op_args") ||
-          !find(g_generation, "kinetrace_op_args_generation")) {
+          !find(g_generation, "kinetrace_op_args_generation") ||
+          !find(g_memory, "kinetrace_memory") || !find(epoch, "kinetrace_py_epoch")) {
         return 0;
       }
+      g_epoch = epoch();
       g_begin = begin;
     }
-    g_shapes = shapes != 0;
+    g_shapes = (options & kOptShapes) != 0;
+    g_stack.store((options & kOptStack) != 0, std::memory_order_relaxed);
+    if (options & kOptMemory) memory_on();
     g_concrete = prof::get_record_concrete_inputs_enabled();
     // Every scope, as torch.profiler records them; ids (sequence numbers) come with every
     // RecordFunction, so needsIds stays off.
@@ -622,10 +963,16 @@ __attribute__((visibility("default"))) uint64_t kinetrace_ops_enable(int shapes)
   }
 }
 
-// Removes the callback `kinetrace_ops_enable` registered. 1 when done.
+// Removes the callback `kinetrace_ops_enable` registered (and the memory reporter, on the thread
+// that installed it, which is the one that disables). 1 when done.
 __attribute__((visibility("default"))) int kinetrace_ops_disable(uint64_t handle) {
   try {
     if (handle != 0) at::removeCallback(handle);
+    g_stack.store(false, std::memory_order_relaxed);
+    memory_off();
+    // This thread's frames end now; other threads' at their next op of a later window (the
+    // epoch moved at the boundary that closed this one).
+    close_from(t_py, 0);
     return 1;
   } catch (...) {
     return 0;
@@ -661,6 +1008,53 @@ __attribute__((visibility("default"))) int kinetrace_ops_set_groups(const char* 
   }
 }
 
+// The path prefixes cut from file names (one per line, tried in order). Call with the GIL held
+// (ctypes.PYFUNCTYPE). 1 when done.
+__attribute__((visibility("default"))) int kinetrace_py_set_prefixes(const char* text) {
+  try {
+    std::vector<std::string> prefixes;
+    std::string_view rest(text == nullptr ? "" : text);
+    while (!rest.empty()) {
+      auto eol = rest.find('\n');
+      std::string_view line = rest.substr(0, eol);
+      rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 1);
+      while (!line.empty() && line.back() == '/') line.remove_suffix(1);
+      if (!line.empty()) prefixes.emplace_back(line);
+    }
+    g_prefixes = std::move(prefixes);
+    return 1;
+  } catch (...) {
+    return 0;
+  }
+}
+
+// An nn.Module call begins (its forward pre-hook, called from Python with the GIL held through
+// ctypes.PYFUNCTYPE): the stack as it is now, without the hook's own frame, with the module's
+// `__call__` frame (`_wrapped_call_impl`, else `_call_impl`) opened afresh as `name`.
+__attribute__((visibility("default"))) void kinetrace_py_module(const char* name,
+                                                                 const char* module_id) {
+  try {
+    if (!g_stack.load(std::memory_order_relaxed) || !PyGILState_Check()) return;
+    PyThread& t = t_py;
+    check_epoch(t);
+    take_stack(t, 1);
+    size_t n = t.taken.size();
+    if (n < 2) return;
+    // The module's call: the innermost `_wrapped_call_impl` (the hook runs a few frames inside
+    // it, in `_call_impl` or its `inner`), else the innermost `_call_impl`.
+    size_t at = n;
+    for (const char* want : {"_wrapped_call_impl", "_call_impl"}) {
+      for (size_t i = n; i-- > 0 && n - i <= 4 && at == n;) {
+        if (text_of(t.taken[i].code->co_name) == want) at = i;
+      }
+    }
+    if (at == n) return;
+    t.taken.resize(at + 1);
+    sync_stack(t, at, name, module_id);
+  } catch (...) {
+  }
+}
+
 // The entry points' contract version: the loader refuses a cached build with another.
-__attribute__((visibility("default"))) int kinetrace_ops_abi() { return 2; }
+__attribute__((visibility("default"))) int kinetrace_ops_abi() { return 3; }
 }

@@ -15,6 +15,14 @@ function, ``record_function`` range) reaches the shim by one of two routes:
 Global module forward hooks push one range per ``nn.Module`` call. Outside windows all of it is
 off: PyTorch runs exactly as it does without kinetrace.
 
+With ``with_stack`` (bit 8) the compiled recorder also records the Python frames around each op
+(``python_function`` ranges); module calls then become frames named ``nn.Module: Linear_0`` (the
+forward pre-hook tells the recorder which frame is the module's call), and Python's garbage
+collections are recorded as
+``python::gc (gen N)`` ranges. With ``profile_memory`` (bit 16) the recorder installs PyTorch's
+allocator reporting hook on this thread for the window. Both need the compiled recorder: the NVTX
+route records neither (said once in the log).
+
 Never imports torch: it only acts once the job has imported it. Every failure leaves the job alone
 and says why once, in kinetrace's log.
 """
@@ -28,7 +36,8 @@ import sys
 FLIGHT = 32
 # Whether sys.excepthook is chained to the flight recorder.
 _excepthook_chained = False
-# What is on now (the shim's bits: 1 ops, 2 shapes, 4 modules), and the module hook handles.
+# What is on now (the shim's bits: 1 ops, 2 shapes, 4 modules, 8 Python stacks, 16 PyTorch's
+# allocator events), and the module hook handles.
 _on = 0
 _hooks = []
 _names = {}
@@ -41,6 +50,9 @@ _ext_handle = 0
 # The process groups' ranks (`name\tr0,r1,…` lines, see _dist.py), and whether the recorder has them.
 _groups = None
 _groups_given = False
+# with_stack's gc callback.
+_gc_callback = None
+_said_nvtx_extras = False
 
 
 def set_groups(text):
@@ -79,8 +91,8 @@ def sync(lib):
         return
     if want & FLIGHT:
         _chain_excepthook(lib)
-    # The other bits (1 ops, 2 shapes, 4 modules) say what PyTorch records.
-    want &= 7
+    # The other bits (1 ops, 2 shapes, 4 modules, 8 stacks, 16 allocator) say what PyTorch records.
+    want &= FLIGHT - 1
     if want == _on:
         return
     torch = sys.modules.get("torch")
@@ -96,6 +108,7 @@ def sync(lib):
         _failed = True
         _on = 0
         _remove_module_hooks()
+        _remove_stack_hooks(torch)
         _disable_recorder()
         _log(lib, "cannot record PyTorch ops (%s: %s); traces hold GPU activity and steps only"
              % (type(e).__name__, e))
@@ -138,7 +151,14 @@ def _enable(torch, lib, want):
         # torch.profiler (or emit_nvtx) is on: theirs, not ours to change.
         raise RuntimeError("another PyTorch profiler is active")
     shapes = bool(want & 2)
-    if not _enable_recorder(torch, lib, shapes):
+    stack = bool(want & 8)
+    if not _enable_recorder(torch, lib, want):
+        global _said_nvtx_extras
+        if want & (8 | 16) and not _said_nvtx_extras:
+            _said_nvtx_extras = True
+            _log(lib, "with_stack / profile_memory need the compiled op recorder: not recorded "
+                      "through NVTX ranges")
+        stack = False
         from torch.autograd.profiler import ProfilerConfig, ProfilerState, _ExperimentalConfig
 
         # state, report_input_shapes, profile_memory, with_stack, with_flops, with_modules,
@@ -151,11 +171,13 @@ def _enable(torch, lib, want):
         # Left on at exit, PyTorch warns about the profiler's leaked callback on stderr.
         atexit.register(_at_exit)
         _exit_registered = True
-    if want & 4:
+    if stack:
+        _add_stack_hooks(torch, lib, bool(want & 4))
+    elif want & 4:
         _add_module_hooks(torch, lib)
 
 
-def _enable_recorder(torch, lib, shapes):
+def _enable_recorder(torch, lib, want):
     """Registers the compiled recorder's callback; False when the NVTX route is to be used (said
     once, with why, in kinetrace's log)."""
     global _ext_lib, _ext_handle
@@ -180,7 +202,12 @@ def _enable_recorder(torch, lib, shapes):
     if not _ext_lib:
         return False
     _give_groups()
-    handle = _ext_lib.kinetrace_ops_enable(1 if shapes else 0)
+    options = (1 if want & 2 else 0) | (2 if want & 8 else 0) | (4 if want & 16 else 0)
+    if want & 8:
+        # File names as torch.profiler shows them: relative to the longest sys.path entry.
+        prefixes = sorted({os.path.abspath(p) for p in sys.path if p}, key=len, reverse=True)
+        _ext_lib.py_set_prefixes("\n".join(prefixes).encode("utf-8", "replace"))
+    handle = _ext_lib.kinetrace_ops_enable(options)
     if not handle:
         _ext_lib = False
         _log(lib, "PyTorch ops through NVTX ranges: the op recorder could not register its "
@@ -203,6 +230,7 @@ def _at_exit():
 
 def _disable(torch):
     _remove_module_hooks()
+    _remove_stack_hooks(torch)
     if _disable_recorder():
         return
     if torch._C._autograd._profiler_enabled():
@@ -227,26 +255,73 @@ def _add_module_hooks(torch, lib):
     push = lib.kinetrace_range_push
     pop = lib.kinetrace_range_pop
 
-    def name_of(m):
-        key = id(m)
-        name = _names.get(key)
-        if name is None:
-            # `nn.Module: Linear_0`: the class, then how many of that class were seen before.
-            cls = type(m).__name__
-            n = _counts.get(cls, 0)
-            _counts[cls] = n + 1
-            name = ("nn.Module: %s_%d" % (cls, n)).encode("utf-8", "replace")
-            _names[key] = name
-        return name
-
     def before(m, args):
-        push(name_of(m))
+        push(_module_name(m)[0])
 
     def after(m, args, output):
         pop()
 
     _hooks.append(module.register_module_forward_pre_hook(before))
     _hooks.append(module.register_module_forward_hook(after, always_call=True))
+
+
+def _module_name(m):
+    """`nn.Module: Linear_0` and the 0 (the class, then how many of that class were seen before),
+    as torch.profiler names module calls."""
+    key = id(m)
+    named = _names.get(key)
+    if named is None:
+        cls = type(m).__name__
+        n = _counts.get(cls, 0)
+        _counts[cls] = n + 1
+        named = (("nn.Module: %s_%d" % (cls, n)).encode("utf-8", "replace"), str(n).encode())
+        _names[key] = named
+    return named
+
+
+def _add_stack_hooks(torch, lib, modules):
+    """with_stack: module calls named through the recorder (unless `modules` is off), and garbage
+    collections as ranges."""
+    global _gc_callback
+    if modules:
+        module = torch.nn.modules.module
+        mark_module = _ext_lib.py_module
+
+        def before(m, args):
+            name, n = _module_name(m)
+            mark_module(name, n)
+
+        _hooks.append(module.register_module_forward_pre_hook(before))
+
+    if _gc_callback is None:
+        import gc
+
+        push, pop = lib.kinetrace_range_push, lib.kinetrace_range_pop
+        names = [("python::gc (gen %d)" % g).encode() for g in range(3)]
+
+        def on_gc(phase, info):
+            try:
+                if phase == "start":
+                    push(names[info.get("generation", 0) % 3])
+                else:
+                    pop()
+            except Exception:
+                pass
+
+        _gc_callback = on_gc
+        gc.callbacks.append(on_gc)
+
+
+def _remove_stack_hooks(torch):
+    global _gc_callback
+    if _gc_callback is not None:
+        import gc
+
+        try:
+            gc.callbacks.remove(_gc_callback)
+        except ValueError:
+            pass
+        _gc_callback = None
 
 
 def _remove_module_hooks():

@@ -148,9 +148,17 @@ fn a_duration_request_is_captured_into_the_requested_file() {
             assert_eq!(trace.meta("dynolog_request_trace_id"), Some("4f2a"));
             let not_applied = trace.meta("dynolog_not_applied").unwrap_or("");
             assert!(
-                not_applied.contains("PROFILE_WITH_STACK=true")
+                not_applied.contains("PROFILE_WITH_FLOPS=false")
+                    && !not_applied.contains("PROFILE_WITH_STACK")
                     && !not_applied.contains("PROFILE_REPORT_INPUT_SHAPES"),
                 "{not_applied}"
+            );
+            // So was its with_stack (the head says so; this job has no Python to record).
+            assert_eq!(
+                trace.json["with_stack"],
+                1,
+                "the head of {}",
+                path.display()
             );
             // The request's input shapes were applied to its capture (the profiler's own: off).
             assert_eq!(

@@ -11,7 +11,8 @@
 use kinetrace_core::op_args::{self, ArgsId};
 
 /// The keys an op's args may have: torch.profiler's for ops (`Input Dims`, …) and for collectives
-/// (its `record_param_comms` args).
+/// (its `record_param_comms` args), and for `python_function` ranges (`CallFrom`, `Python module
+/// id`).
 const KEYS: &[&str] = &[
     "Input Dims",
     "Input type",
@@ -37,6 +38,8 @@ const KEYS: &[&str] = &[
     "Output Tensors start",
     "Is asynchronized op",
     "Comms Id",
+    "CallFrom",
+    "Python module id",
 ];
 
 /// Deepest array nesting accepted (a TensorList's strides: `[[[4, 1], [1]]]` is three).

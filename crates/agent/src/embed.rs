@@ -159,6 +159,9 @@ pub(crate) fn step_now() -> bool {
     if !is_running() {
         return false;
     }
+    // Python frame ranges do not cross step boundaries (see `ops::cut_python`); here, where the
+    // boundary happens (after any deferral), as in `process::step_now`.
+    crate::ops::cut_python();
     let mut slot = lock(&EMBEDDED);
     let Some(e) = slot.as_mut() else {
         return false;
@@ -214,7 +217,12 @@ pub(crate) fn torch_state() -> Option<u32> {
     if !t.ops || !recorder::is_active() {
         return Some(0);
     }
-    Some(1 | (u32::from(t.shapes) << 1) | (u32::from(t.modules) << 2))
+    Some(
+        1 | (u32::from(t.shapes) << 1)
+            | (u32::from(t.modules) << 2)
+            | (u32::from(t.stack) << 3)
+            | (u32::from(t.memory) << 4),
+    )
 }
 
 /// The embedded profiler's log, while one runs.

@@ -27,6 +27,7 @@
 //! module ranges, so steps wait for them alike.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use kinetrace_core::clock::Ticks;
 use kinetrace_core::recorder::{self, CpuRecord};
@@ -47,6 +48,9 @@ struct Open {
     key: usize,
     /// The external id before this range made itself current.
     previous_external_id: u64,
+    /// A Python frame's range ([`begin_python`]): it does not hold step boundaries back, and a
+    /// step boundary ends it ([`cut_python`]).
+    python: bool,
 }
 
 #[derive(Default)]
@@ -63,6 +67,11 @@ thread_local! {
     /// The NVTX route's args text, built here (reused: no allocation per op once grown).
     static ARGS_TEXT: RefCell<String> = const { RefCell::new(String::new()) };
 }
+
+/// Step boundaries that ended this process's Python frame ranges ([`cut_python`]): the compiled
+/// recorder reads it before each op and, when it moved, drops the frames it had open and opens
+/// them afresh, so frames never cross a step boundary.
+pub static PYTHON_EPOCH: AtomicU32 = AtomicU32::new(0);
 
 /// The name prefix of autograd's per-function ranges (see [`AutogradRole::EvaluateFunction`]).
 pub const EVALUATE_FUNCTION: &str = "autograd::engine::evaluate_function: ";
@@ -169,7 +178,7 @@ fn well_formed_dims(text: &str) -> bool {
 
 /// An NVTX range was pushed with this message on this thread: inside a window, a span begins.
 pub fn push(message: &str) {
-    open(0, || {
+    open(0, false, || {
         let m = parse(message);
         // `record_function` scopes PyTorch itself opens (`Optimizer.step#SGD.step`) are user
         // annotations in torch.profiler's traces; ops and autograd functions are `cpu_op`s.
@@ -226,15 +235,42 @@ pub struct Begun {
 /// window a span begins. `key` (the RecordFunction's address) is what [`end`] is called with; a
 /// negative `sequence` is none.
 pub fn begin(key: usize, name: NameId, sequence: i64, what: Begun) {
-    open(key, || {
+    open(key, false, || {
         let sequence = u64::try_from(sequence).ok();
         let args = OpArgs::new(what.args, sequence).with_role(what.role);
         (name, what.annotation, args)
     });
 }
 
+/// A Python frame the compiled recorder saw around an op began on this thread (its `with_stack`
+/// view): inside a window a `python_function` span begins, ended by [`end`] with the same `key`.
+/// `args` holds its `CallFrom` (and `Python module id`) text. It is not the thread's current
+/// external id: runtime calls link to ops, never to frames.
+pub fn begin_python(key: usize, name: NameId, args: Option<ArgsId>) {
+    open(key, true, || (name, false, OpArgs::new(args, None)));
+}
+
+/// A step boundary on this thread: the Python frame ranges open here end now (the recorder opens
+/// them again at the next op, inside the next step), so frames nest in steps. Frames open on
+/// other threads end at their next op ([`PYTHON_EPOCH`]).
+pub fn cut_python() {
+    // Relaxed: the recorder only needs to see a change eventually (at its next op).
+    PYTHON_EPOCH.fetch_add(1, Ordering::Relaxed);
+    let _ = STACK.try_with(|s| {
+        let Ok(mut s) = s.try_borrow_mut() else {
+            return;
+        };
+        let end = Ticks::now();
+        // Innermost first, as they would have ended.
+        for open in s.open.iter_mut().rev().filter(|o| o.python && o.id != 0) {
+            recorder::push(CpuRecord::End { end, id: open.id });
+            open.id = 0;
+        }
+    });
+}
+
 /// Opens a range on this thread's stack; `what` says what it is, asked only inside a window.
-fn open(key: usize, what: impl FnOnce() -> (NameId, bool, OpArgs)) {
+fn open(key: usize, python: bool, what: impl FnOnce() -> (NameId, bool, OpArgs)) {
     let _ = STACK.try_with(|s| {
         let Ok(mut s) = s.try_borrow_mut() else {
             return;
@@ -247,6 +283,7 @@ fn open(key: usize, what: impl FnOnce() -> (NameId, bool, OpArgs)) {
             id: 0,
             key,
             previous_external_id: 0,
+            python,
         };
         if recorder::is_active() {
             let (name, annotation, args) = what();
@@ -254,13 +291,16 @@ fn open(key: usize, what: impl FnOnce() -> (NameId, bool, OpArgs)) {
             let recorded = recorder::push(CpuRecord::Begin {
                 name,
                 annotation,
+                python,
                 start: Ticks::now(),
                 id,
                 args,
             });
             if recorded {
                 open.id = id;
-                open.previous_external_id = recorder::push_external_id(id);
+                if !python {
+                    open.previous_external_id = recorder::push_external_id(id);
+                }
             }
         }
         s.open.push(open);
@@ -270,7 +310,33 @@ fn open(key: usize, what: impl FnOnce() -> (NameId, bool, OpArgs)) {
 /// The innermost NVTX range on this thread was popped: the span it began (if any) ends, and a step
 /// boundary waiting for it happens now.
 pub fn pop() {
-    close(|s| s.open.pop());
+    // Python frame ranges pushed after it are the recorder's, ended by key: not this one.
+    close(|s| {
+        let at = s.open.iter().rposition(|o| !o.python)?;
+        Some(s.open.remove(at))
+    });
+}
+
+/// The framework allocator allocated (`bytes > 0`) or freed (`bytes < 0`) the block at `address`
+/// on this thread (PyTorch's `reportMemoryUsage`, which the compiled recorder receives only inside
+/// windows that asked for `profile_memory`): a `[memory]` event, with the device's totals after
+/// it. `device` is the device index, -1 for host memory.
+pub fn memory(address: u64, bytes: i64, allocated: u64, reserved: u64, device: i16) {
+    if !recorder::is_active() {
+        return;
+    }
+    let at = Ticks::now();
+    if recorder::push(CpuRecord::Memory {
+        at,
+        address,
+        bytes,
+        device,
+    }) {
+        recorder::push(CpuRecord::MemoryTotals {
+            allocated,
+            reserved,
+        });
+    }
 }
 
 /// The RecordFunction begun with `key` on this thread ended: its span ends. Ranges that do not
@@ -303,7 +369,7 @@ fn close(take: impl FnOnce(&mut Stack) -> Option<Open>) {
                 let end = Ticks::now();
                 // Only if this range is still the current one (ranges that do not nest, such as
                 // a step boundary inside one, may have moved it on).
-                if recorder::current_external_id() == Some(open.id) {
+                if !open.python && recorder::current_external_id() == Some(open.id) {
                     recorder::restore_external_id(open.previous_external_id);
                 }
                 recorder::push(CpuRecord::End { end, id: open.id });
@@ -329,7 +395,8 @@ pub fn defer_step() -> bool {
                 return (false, false);
             };
             let earlier = s.deferred_step.take().is_some();
-            let outermost = s.open.iter().position(|o| o.id != 0);
+            // Python frames do not count: the outermost of them stays open for the whole step.
+            let outermost = s.open.iter().position(|o| o.id != 0 && !o.python);
             if let Some(depth) = outermost {
                 s.deferred_step = Some(depth + 1);
             }

@@ -154,6 +154,8 @@ pub fn step() -> Install {
 
 /// A step boundary, now.
 pub(crate) fn step_now() -> Install {
+    // Python frame ranges do not cross step boundaries (see `ops::cut_python`).
+    crate::ops::cut_python();
     if crate::embed::step_now() {
         return Install::default();
     }
@@ -307,8 +309,10 @@ pub fn range_pop() {
 
 /// What the PyTorch side (the `sitecustomize` hook) should have on now, as bits: 1 = a window is
 /// open (warming up or recording) and PyTorch's ops are wanted, so its NVTX profiler state should be
-/// on; 2 = with input shapes; 4 = with `nn.Module` ranges; 32 = the flight recorder is on (an
-/// exception leaving the training loop writes a dump: [`flight_exception`]). 0 when this process is not profiling.
+/// on; 2 = with input shapes; 4 = with `nn.Module` ranges; 8 = with the Python frames around the
+/// ops (`with_stack`); 16 = with PyTorch's allocator events (`profile_memory`); 32 = the flight
+/// recorder is on (an exception leaving the training loop writes a dump: [`flight_exception`]).
+/// 0 when this process is not profiling.
 pub fn torch_state() -> u32 {
     if let Some(state) = crate::embed::torch_state() {
         return state;
@@ -325,7 +329,11 @@ pub fn torch_state() -> u32 {
     }
     // The window's own options: a capture request may ask for more or less than the process's.
     let f = r.profiler.framework_options();
-    1 | (u32::from(f.record_shapes) << 1) | (u32::from(t.modules) << 2) | flight
+    1 | (u32::from(f.record_shapes) << 1)
+        | (u32::from(t.modules) << 2)
+        | (u32::from(f.with_stack) << 3)
+        | (u32::from(f.profile_memory) << 4)
+        | flight
 }
 
 /// An exception is leaving the Python training loop (the `sitecustomize`'s `sys.excepthook`, with

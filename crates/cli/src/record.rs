@@ -131,8 +131,9 @@ pub struct RecordArgs {
     /// Only these ranks profile (RANK, else LOCAL_RANK, else 0), e.g. 0,8 or 0-3.
     #[arg(long, value_name = "LIST")]
     pub ranks: Option<String>,
-    /// Also record the CUDA driver's allocations and frees ([memory] events; nothing on a
-    /// CPU-only job, which says so).
+    /// Also record the CUDA driver's allocations and frees (CUPTI/ROCm [memory] events:
+    /// cudaMalloc-level blocks; nothing on a CPU-only job, which says so). For PyTorch's own
+    /// allocator (tensors), see --profile-memory.
     #[arg(long)]
     pub memory: bool,
     /// Write .pt.trace.json.gz.
@@ -160,6 +161,14 @@ pub struct RecordArgs {
     /// type, Input Strides, Concrete Inputs), and c10d collectives' args on every backend.
     #[arg(long)]
     pub record_shapes: bool,
+    /// PyTorch jobs: also record the Python frames that called each op as with_stack=True does
+    /// (python_function ranges: file.py(line): func, nn.Module: Class_n), taken at op boundaries.
+    #[arg(long)]
+    pub with_stack: bool,
+    /// PyTorch jobs: also record PyTorch's allocator events as profile_memory=True does ([memory]
+    /// events for every tensor block, CPU and CUDA/HIP, with Total Allocated / Total Reserved).
+    #[arg(long)]
+    pub profile_memory: bool,
     /// PyTorch jobs: record no ATen ops or module ranges (GPU activity and steps only).
     #[arg(long)]
     pub no_torch_ops: bool,
@@ -276,6 +285,11 @@ impl RecordArgs {
         opt(
             "KINETRACE_RECORD_SHAPES",
             self.record_shapes.then(|| "1".into()),
+        );
+        opt("KINETRACE_WITH_STACK", self.with_stack.then(|| "1".into()));
+        opt(
+            "KINETRACE_PROFILE_MEMORY",
+            self.profile_memory.then(|| "1".into()),
         );
         opt("KINETRACE_TORCH_OPS", self.no_torch_ops.then(|| "0".into()));
         opt(

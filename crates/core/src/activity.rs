@@ -38,6 +38,7 @@ impl Activity {
     pub fn thread(&self) -> Option<u32> {
         match &self.detail {
             Detail::CpuOp(s) | Detail::UserAnnotation(s) => Some(s.tid),
+            Detail::PythonFunction(p) => Some(p.span.tid),
             Detail::Runtime(a) | Detail::Driver(a) => Some(a.tid),
             Detail::Memory(m) => Some(m.tid),
             Detail::Marker(m) => Some(m.tid),
@@ -53,6 +54,9 @@ pub enum Detail {
     CpuOp(CpuSpan),
     /// A named user range, including `ProfilerStep#N` (Kineto `user_annotation`).
     UserAnnotation(CpuSpan),
+    /// A Python frame (Kineto `python_function`, torch.profiler's `with_stack`): its `Python id`
+    /// is the activity's `external_id`.
+    PythonFunction(PythonSpan),
     /// A CUDA/HIP runtime API call (Kineto `cuda_runtime`).
     Runtime(ApiCall),
     /// A driver API call (Kineto `cuda_driver`).
@@ -78,7 +82,9 @@ impl Detail {
     pub fn activity_type(&self) -> ActivityType {
         match self {
             Detail::CpuOp(_) => ActivityType::CpuOp,
-            Detail::UserAnnotation(_) => ActivityType::UserAnnotation,
+            // Selected with the annotations: Kineto's ACTIVITY_TYPES has no switch of its own for
+            // it in kinetrace (`--with-stack` decides whether any are recorded).
+            Detail::UserAnnotation(_) | Detail::PythonFunction(_) => ActivityType::UserAnnotation,
             Detail::Runtime(_) => ActivityType::Runtime,
             Detail::Driver(_) => ActivityType::Driver,
             Detail::Kernel(_) => ActivityType::Kernel,
@@ -103,6 +109,16 @@ pub struct CpuSpan {
     pub tid: u32,
     /// What a framework op says beyond its name (none for plain ranges).
     pub args: OpArgs,
+}
+
+/// A Python frame's range on a CPU thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PythonSpan {
+    /// Its name (`file.py(line): func`, `nn.Module: Linear_0`), thread and args (the interned
+    /// `CallFrom` / `Python module id` text).
+    pub span: CpuSpan,
+    /// The `Python id` of the frame it was called from, when that one is recorded too.
+    pub parent: Option<u64>,
 }
 
 /// What PyTorch says of an op beyond its name: its args (`Input Dims`, `Input type`, `Input

@@ -232,6 +232,9 @@ pub enum CpuRecord {
         name: NameId,
         /// `true` for `user_annotation`, `false` for `cpu_op`.
         annotation: bool,
+        /// A `python_function` range (a Python frame): `annotation` is then ignored, the span id
+        /// is its `Python id`, and `args` holds its `CallFrom` text.
+        python: bool,
         /// Start, on the recording clock.
         start: Ticks,
         /// Span id (its `External id`).
@@ -246,6 +249,26 @@ pub enum CpuRecord {
         /// Span id.
         id: u64,
     },
+    /// A framework allocator's allocation (`bytes > 0`) or free (`bytes < 0`): PyTorch's
+    /// `[memory]` event. Its totals follow as the next record on the same ring
+    /// ([`CpuRecord::MemoryTotals`]): one record this size keeps every slot at 32 bytes.
+    Memory {
+        /// When, on the recording clock.
+        at: Ticks,
+        /// The block's address.
+        address: u64,
+        /// Its size, negative for a free.
+        bytes: i64,
+        /// The device index, -1 for host memory.
+        device: i16,
+    },
+    /// The totals after the [`CpuRecord::Memory`] just before it on this ring.
+    MemoryTotals {
+        /// Bytes allocated on the device after it.
+        allocated: u64,
+        /// Bytes the allocator holds on the device after it.
+        reserved: u64,
+    },
 }
 
 impl CpuRecord {
@@ -254,6 +277,8 @@ impl CpuRecord {
         match *self {
             CpuRecord::Span { end, .. } | CpuRecord::End { end, .. } => end,
             CpuRecord::Begin { start, .. } => start,
+            CpuRecord::Memory { at, .. } => at,
+            CpuRecord::MemoryTotals { .. } => Ticks(0),
         }
     }
 }

@@ -376,8 +376,8 @@ fn handle(session: &SessionHandle, s: &Settings, log: &LogFn, text: &str) {
         metadata.push((
             "dynolog_not_applied".to_string(),
             format!(
-                "{}: kinetrace does not apply these per request (no Python stacks, FLOP estimates \
-                 or memory snapshots; module ranges follow the process's own settings)",
+                "{}: kinetrace does not apply these per request (no FLOP estimates or memory \
+                 snapshots; module ranges follow the process's own settings)",
                 r.ignored.join(", ")
             ),
         ));

@@ -193,6 +193,8 @@ pub fn parse(text: &str, ctx: &Context) -> Result<Request, RequestError> {
                 trace_ids.push((key.to_string(), value.to_string()))
             }
             "PROFILE_REPORT_INPUT_SHAPES" => framework.record_shapes = Some(boolean(key, value)?),
+            "PROFILE_WITH_STACK" => framework.with_stack = Some(boolean(key, value)?),
+            "PROFILE_PROFILE_MEMORY" => framework.profile_memory = Some(boolean(key, value)?),
             _ => ignored.push(format!("{key}={value}")),
         }
     }
@@ -396,14 +398,29 @@ mod tests {
         );
         assert_eq!(
             r.ignored,
-            [
-                "PROFILE_WITH_STACK=false",
-                "PROFILE_WITH_FLOPS=false",
-                "PROFILE_WITH_MODULES=false"
-            ]
+            ["PROFILE_WITH_FLOPS=false", "PROFILE_WITH_MODULES=false"]
         );
         // `dyno gputrace` without --record-shapes asks for none, and the capture gets none.
         assert_eq!(r.framework.record_shapes, Some(false));
+        assert_eq!(r.framework.with_stack, Some(false));
+        assert_eq!(r.framework.profile_memory, None);
+    }
+
+    #[test]
+    fn stacks_and_allocator_memory_are_honoured_per_request() {
+        let c = ctx();
+        let r = parse("PROFILE_WITH_STACK=true\nPROFILE_PROFILE_MEMORY=1\n", &c).unwrap();
+        assert_eq!(r.framework.with_stack, Some(true));
+        assert_eq!(r.framework.profile_memory, Some(true));
+        assert_eq!(r.framework.record_shapes, None);
+        assert!(r.ignored.is_empty(), "{:?}", r.ignored);
+        let r = parse("PROFILE_PROFILE_MEMORY=false\n", &c).unwrap();
+        assert_eq!(r.framework.profile_memory, Some(false));
+        let e = parse("PROFILE_WITH_STACK=often\n", &c).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "PROFILE_WITH_STACK: `often` is not a boolean (true or false)"
+        );
     }
 
     #[test]

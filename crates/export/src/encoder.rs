@@ -425,6 +425,25 @@ impl Events {
                     self.fwdbwd(events, s, a);
                 }
             }
+            Detail::PythonFunction(p) => {
+                let s = &p.span;
+                self.cpu_row(s.pid, s.tid);
+                events.object::<Compact>(|e| {
+                    complete(e, member!("cat", "python_function"));
+                    e.json_str(key!("name"), self.name(s.name));
+                    self.place(e, s.pid as i64, s.tid as i64, a);
+                    let text = s.args.args().and_then(|id| self.op_args(id));
+                    // torch.profiler's keys, in its order (no `External id`: ops link to frames
+                    // by nesting on their thread).
+                    e.object::<Compact>(key!("args"), |args| {
+                        if let Some(t) = &text {
+                            args.raw_members(t.text.as_bytes());
+                        }
+                        opt_u64(args, key!("Python parent id"), p.parent);
+                        opt_u64(args, key!("Python id"), a.external_id);
+                    });
+                });
+            }
             Detail::Runtime(c) | Detail::Driver(c) => {
                 let cat = if matches!(a.detail, Detail::Runtime(_)) {
                     member!("cat", "cuda_runtime")

@@ -206,3 +206,110 @@ fn a_jobs_distributed_info_is_the_heads_distributed_info() {
         r#"  "distributedInfo": {"backend": "gloo", "rank": 1, "world_size": 2, "pg_count": 1, "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cpu:gloo,cuda:gloo", "pg_size": 2, "ranks": [0, 1]}]},"#
     );
 }
+
+fn frame(name: &str, start: u64, end: u64, id: u64, parent: Option<u64>, text: &str) -> Activity {
+    Activity {
+        start: UnixNanos(T0 + start),
+        end: UnixNanos(T0 + end),
+        correlation: None,
+        external_id: Some(id),
+        detail: Detail::PythonFunction(PythonSpan {
+            span: CpuSpan {
+                name: intern(name),
+                pid: 1,
+                tid: 1,
+                args: OpArgs::new(args(text), None),
+            },
+            parent,
+        }),
+    }
+}
+
+#[test]
+fn python_frames_are_written_as_torch_profiler_writes_them() {
+    let evs = events(&[
+        frame(
+            "guide.py(17): train",
+            0,
+            100,
+            4,
+            None,
+            r#""CallFrom":"guide.py:35""#,
+        ),
+        frame(
+            "nn.Module: Linear_1",
+            10,
+            50,
+            9,
+            Some(4),
+            r#""CallFrom":"guide.py:20","Python module id":1"#,
+        ),
+        op("aten::linear", 20, 40, 10, OpArgs::NONE),
+    ]);
+    let train = named(&evs, "guide.py(17): train");
+    assert_eq!(train["ph"], "X");
+    assert_eq!(train["cat"], "python_function");
+    // torch.profiler's keys in its order, no External id (ops reach frames by nesting).
+    let keys: Vec<&str> = train["args"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, ["CallFrom", "Python id"]);
+    assert_eq!(
+        train["args"],
+        json!({"CallFrom": "guide.py:35", "Python id": 4})
+    );
+    let module = named(&evs, "nn.Module: Linear_1");
+    assert_eq!(
+        module["args"],
+        json!({"CallFrom": "guide.py:20", "Python module id": 1, "Python parent id": 4, "Python id": 9})
+    );
+    assert_eq!(
+        named(&evs, "aten::linear")["args"],
+        json!({"External id": 10})
+    );
+}
+
+#[test]
+fn framework_allocator_events_are_memory_instants_with_torchs_args() {
+    let m = |bytes: u64, op: MemoryOp, device: Option<u32>, total: u64| Activity {
+        start: UnixNanos(T0 + 5),
+        end: UnixNanos(T0 + 5),
+        correlation: None,
+        external_id: None,
+        detail: Detail::Memory(Memory {
+            op,
+            device,
+            address: 0xdead0,
+            bytes,
+            total_allocated: Some(total),
+            total_reserved: Some(if device.is_some() { 2 << 20 } else { 0 }),
+            pid: 1,
+            tid: 1,
+        }),
+    };
+    let evs = events(&[
+        m(512, MemoryOp::Alloc, None, 512),
+        m(512, MemoryOp::Free, Some(0), 0),
+    ]);
+    let mem: Vec<&Value> = evs.iter().filter(|e| e["name"] == "[memory]").collect();
+    assert_eq!(mem.len(), 2);
+    for e in &mem {
+        assert_eq!(
+            (&e["ph"], &e["cat"], &e["s"]),
+            (&json!("i"), &json!("cpu_instant_event"), &json!("t"))
+        );
+    }
+    assert_eq!(
+        mem[0]["args"],
+        json!({"Total Reserved": 0, "Total Allocated": 512, "Bytes": 512, "Device Id": -1,
+               "Device Type": 0, "Addr": 0xdead0})
+    );
+    assert_eq!(
+        mem[1]["args"],
+        json!({"Total Reserved": 2 << 20, "Total Allocated": 0, "Bytes": -512, "Device Id": 0,
+               "Device Type": 1, "Addr": 0xdead0})
+    );
+}

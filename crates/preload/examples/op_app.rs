@@ -12,18 +12,24 @@
 //! number of its own), a `record_function` range (`my_block`, the annotation flag) whose inner op
 //! ends after it (out of order), and `aten::add` with its args (an id from `kinetrace_op_args`,
 //! asked for once per step as the recorder asks once per generation; a malformed text is refused
-//! with 0).
+//! with 0). Around them, as the recorder does with `with_stack`: a Python frame `train.py(10):
+//! train` opened again whenever `kinetrace_py_epoch` moved (a step boundary ended it) and left
+//! open across `kinetrace_step()`, and `model.py(5): forward` around `aten::linear`; and, as its
+//! `profile_memory` reporter does, a 4096-byte allocation and its free (`kinetrace_memory`).
 
 use std::ffi::{c_char, c_void, CStr};
 
 type Begin = unsafe extern "C" fn(*const c_void, *const c_char, i64, u32, u32);
 type End = unsafe extern "C" fn(*const c_void);
 type Args = unsafe extern "C" fn(*const c_char, usize) -> u32;
+type Memory = unsafe extern "C" fn(u64, i64, u64, u64, i16);
+type Epoch = unsafe extern "C" fn() -> *const std::sync::atomic::AtomicU32;
 
 /// `kinetrace_op_begin`'s flags.
 const ANNOTATION: u32 = 1;
 const EVALUATE_FUNCTION: u32 = 2;
 const BACKWARD_FUNCTION: u32 = 4;
+const PYTHON_FUNCTION: u32 = 8;
 
 fn find<T>(name: &CStr) -> T {
     // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
@@ -45,6 +51,12 @@ fn main() {
     let end: End = find(c"kinetrace_op_end");
     let op_args: Args = find(c"kinetrace_op_args");
     let step: unsafe extern "C" fn() = find(c"kinetrace_step");
+    let memory: Memory = find(c"kinetrace_memory");
+    let epoch_of: Epoch = find(c"kinetrace_py_epoch");
+    // SAFETY: the shim's counter lives for the process.
+    let epoch = unsafe { &*epoch_of() };
+    let mut seen_epoch = u32::MAX;
+    let (outer, frame) = (8u8, 9u8);
     // RecordFunctions live on the stack: their addresses are the keys.
     let (linear, addmm, bwd, block, inner, add, eval) = (1u8, 2u8, 3u8, 4u8, 5u8, 6u8, 7u8);
     let key = |k: &u8| k as *const u8 as *const c_void;
@@ -63,10 +75,35 @@ fn main() {
         for s in 0..steps {
             step();
             let args = op_args(text.as_ptr().cast(), text.len());
+            let call_from: &[u8] = br#""CallFrom":"train.py:12""#;
+            let call_from = op_args(call_from.as_ptr().cast(), call_from.len());
+            let now = epoch.load(std::sync::atomic::Ordering::Relaxed);
+            if now != seen_epoch {
+                // A boundary ended the frame: the recorder forgets it and opens it again.
+                seen_epoch = now;
+                end(key(&outer));
+                begin(
+                    key(&outer),
+                    c"train.py(10): train".as_ptr(),
+                    -1,
+                    PYTHON_FUNCTION,
+                    call_from,
+                );
+            }
+            begin(
+                key(&frame),
+                c"model.py(5): forward".as_ptr(),
+                -1,
+                PYTHON_FUNCTION,
+                call_from,
+            );
             begin(key(&linear), c"aten::linear".as_ptr(), -1, 0, 0);
             begin(key(&addmm), c"aten::addmm".as_ptr(), s as i64, 0, 0);
             end(key(&addmm));
             end(key(&linear));
+            end(key(&frame));
+            memory(0x5000, 4096, 4096 * (s + 2), 0, -1);
+            memory(0x5000, -4096, 4096 * (s + 1), 0, -1);
             for name in [&b"AddmmBackward0\0"[..], &b"ReluBackward0\0"[..]] {
                 let prefix = b"autograd::engine::evaluate_function: ";
                 eval_name[..prefix.len()].copy_from_slice(prefix);

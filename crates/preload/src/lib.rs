@@ -63,5 +63,6 @@ pub use shim::{
     InitializeInjection,
 };
 pub use torch_ops::{
-    kinetrace_op_args, kinetrace_op_args_generation, kinetrace_op_begin, kinetrace_op_end,
+    kinetrace_memory, kinetrace_op_args, kinetrace_op_args_generation, kinetrace_op_begin,
+    kinetrace_op_end, kinetrace_py_epoch,
 };

@@ -14,6 +14,7 @@
 use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CStr};
 use std::panic::catch_unwind;
+use std::sync::atomic::AtomicU32;
 
 use kinetrace_agent::ops::{self, ArgsId, AutogradRole, Begun, NameId};
 
@@ -24,8 +25,11 @@ const SLOTS: usize = 256;
 const ANNOTATION: u32 = 1;
 /// ... autograd's `evaluate_function: …` range ...
 const EVALUATE_FUNCTION: u32 = 2;
-/// ... a backward function (PyTorch's `BACKWARD_FUNCTION` scope).
+/// ... a backward function (PyTorch's `BACKWARD_FUNCTION` scope) ...
 const BACKWARD_FUNCTION: u32 = 4;
+/// ... a Python frame around ops (`with_stack`): a `python_function` range whose `args` is its
+/// `CallFrom` text.
+const PYTHON_FUNCTION: u32 = 8;
 
 struct Slot {
     address: usize,
@@ -87,8 +91,9 @@ unsafe fn name_id(name: *const c_char) -> NameId {
 /// A RecordFunction began on this thread: inside a window its span begins (see
 /// `kinetrace_agent::ops::begin`). `key` identifies it for [`kinetrace_op_end`]; `sequence` is
 /// its autograd sequence number (negative: none); `flags`: 1 a `record_function` range, 2
-/// autograd's `evaluate_function` range, 4 a backward function; `args` is an id from
-/// [`kinetrace_op_args`] (0: none).
+/// autograd's `evaluate_function` range, 4 a backward function, 8 a Python frame (a
+/// `python_function` range, ended by [`kinetrace_op_end`] with its key like an op); `args` is an
+/// id from [`kinetrace_op_args`] (0: none).
 ///
 /// # Safety
 /// `name` is null or a NUL-terminated string.
@@ -106,6 +111,10 @@ pub unsafe extern "C" fn kinetrace_op_begin(
         }
         // SAFETY: per the contract, a NUL-terminated string.
         let id = unsafe { name_id(name) };
+        if flags & PYTHON_FUNCTION != 0 {
+            ops::begin_python(key as usize, id, (args != 0).then_some(ArgsId(args)));
+            return;
+        }
         let role = if flags & EVALUATE_FUNCTION != 0 {
             AutogradRole::EvaluateFunction
         } else if flags & BACKWARD_FUNCTION != 0 {
@@ -153,4 +162,28 @@ pub unsafe extern "C" fn kinetrace_op_args(text: *const c_char, len: usize) -> u
 #[no_mangle]
 pub extern "C" fn kinetrace_op_args_generation() -> u32 {
     kinetrace_agent::args::generation()
+}
+
+/// The counter of step boundaries that ended the Python frame ranges (see
+/// `kinetrace_agent::ops::cut_python`): the recorder keeps this address and reads it (relaxed)
+/// before each op; when it moved, the frames it had open are over and it opens them afresh.
+#[no_mangle]
+pub extern "C" fn kinetrace_py_epoch() -> *const AtomicU32 {
+    &ops::PYTHON_EPOCH
+}
+
+/// PyTorch's allocator allocated (`bytes > 0`) or freed (`bytes < 0`) the block at `address` on
+/// this thread; `allocated` and `reserved` are the device's totals after it, `device` its index
+/// (-1: host memory). Inside a window, a `[memory]` event. Called from the recorder's
+/// `reportMemoryUsage`, which PyTorch calls only while the recorder is installed (inside windows
+/// with `profile_memory`).
+#[no_mangle]
+pub extern "C" fn kinetrace_memory(
+    address: u64,
+    bytes: i64,
+    allocated: u64,
+    reserved: u64,
+    device: i16,
+) {
+    let _ = catch_unwind(|| ops::memory(address, bytes, allocated, reserved, device));
 }

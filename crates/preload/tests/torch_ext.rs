@@ -33,10 +33,12 @@ __attribute__((constructor)) static void loaded(void) {
     if (f) { fputs(WHO "\n", f); fclose(f); }
 }
 /* The entry points of _ext.py's contract (ABI in _ext.py, kinetrace_ops_abi() in _ops_ext.cpp). */
-int kinetrace_ops_abi(void) { return 2; }
-unsigned long long kinetrace_ops_enable(int shapes) { (void)shapes; return 1; }
+int kinetrace_ops_abi(void) { return 3; }
+unsigned long long kinetrace_ops_enable(int options) { (void)options; return 1; }
 int kinetrace_ops_disable(unsigned long long handle) { (void)handle; return 0; }
 int kinetrace_ops_set_groups(const char *text) { (void)text; return 1; }
+int kinetrace_py_set_prefixes(const char *text) { (void)text; return 1; }
+void kinetrace_py_module(const char *name, const char *id) { (void)name; (void)id; }
 "#;
 
 /// What a job's `kinetrace._torch` does: load the recorder, or say why not.
@@ -114,10 +116,10 @@ fn package_files() -> Vec<String> {
         .collect();
     files.sort();
     assert!(files.iter().any(|f| f == "_ext.py"), "{files:?}");
-    // The stand-in recorder implements contract 2: a new contract needs it updated too.
+    // The stand-in recorder implements contract 3: a new contract needs it updated too.
     let ext = std::fs::read_to_string(repo().join("python/kinetrace/_ext.py")).unwrap();
     assert!(
-        ext.lines().any(|l| l.trim() == "ABI = 2"),
+        ext.lines().any(|l| l.trim() == "ABI = 3"),
         "_ext.py's ABI changed: update RECORDER_C's entry points to the new contract"
     );
     files

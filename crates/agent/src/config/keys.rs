@@ -140,17 +140,20 @@ pub static KEYS: &[Key] = &[
         kineto: Some("ACTIVITY_TYPES"),
         form: "a comma-separated list of cpu_op, user_annotation, cuda_runtime, cuda_driver, kernel, \
                gpu_memcpy, gpu_memset, cuda_sync, cpu_instant_event, marker, overhead (Kineto names \
-               kinetrace does not record, such as python_function, are accepted and have no effect)",
+               kinetrace does not record, such as external_correlation, are accepted and have no effect; \
+               python_function ranges go with user_annotation)",
         default: "all but cpu_instant_event and marker (Kineto's default set)",
         doc: "Which records to keep.",
         apply: |l, v| activities(v).map(|a| l.activities = Some(a)),
     },
     Key {
         env: Some("KINETRACE_MEMORY"),
-        kineto: Some("PROFILE_PROFILE_MEMORY"),
+        kineto: None,
         form: FORM_BOOL,
         default: "0",
-        doc: "Also record allocations and frees (`[memory]` instant events).",
+        doc: "Also record the GPU driver's allocations and frees as CUPTI / ROCm report them \
+              (`[memory]` instant events; `cudaMalloc`-level blocks, not PyTorch's tensors: see \
+              KINETRACE_PROFILE_MEMORY for those).",
         apply: |l, v| boolean(v).map(|b| l.memory = Some(b)),
     },
     Key {
@@ -349,13 +352,42 @@ pub static KEYS: &[Key] = &[
               `PROFILE_REPORT_INPUT_SHAPES` decides for its own capture.",
         apply: |l, v| boolean(v).map(|b| l.record_shapes = Some(b)),
     },
+    // --- Python stacks and PyTorch's allocator (torch.profiler's with_stack, profile_memory) ---
+    Key {
+        env: Some("KINETRACE_WITH_STACK"),
+        kineto: Some("PROFILE_WITH_STACK"),
+        form: FORM_BOOL,
+        default: "0",
+        doc: "With the PyTorch ops, record the Python frames that called them as `with_stack=True` \
+              does (`python_function` ranges named `file.py(line): func` and `nn.Module: \
+              Class_n`, with `Python id`, `Python parent id`, `CallFrom`), taken by the compiled \
+              recorder at op boundaries: frames that launch no op are left out (docs/record.md). \
+              A dynolog request's `PROFILE_WITH_STACK` decides for its own capture.",
+        apply: |l, v| boolean(v).map(|b| l.with_stack = Some(b)),
+    },
+    Key {
+        env: Some("KINETRACE_PROFILE_MEMORY"),
+        kineto: Some("PROFILE_PROFILE_MEMORY"),
+        form: FORM_BOOL,
+        default: "0",
+        doc: "With the PyTorch ops, record PyTorch's own allocator events as `profile_memory=True` \
+              does (`[memory]` instant events with `Addr`, `Bytes`, `Total Allocated`, `Total \
+              Reserved`, `Device Type`, `Device Id`, from the CPU allocator and the CUDA / HIP \
+              caching allocator), received through the same reporting hook torch.profiler uses, \
+              installed only inside windows. A dynolog request's `PROFILE_PROFILE_MEMORY` decides \
+              for its own capture.",
+        apply: |l, v| boolean(v).map(|b| l.profile_memory = Some(b)),
+    },
+    // --- end of the with_stack / profile_memory block ---
     Key {
         env: Some("KINETRACE_WITH_MODULES"),
         kineto: Some("PROFILE_WITH_MODULES"),
         form: FORM_BOOL,
         default: "1",
         doc: "With the PyTorch ops, record each `nn.Module` forward as a `user_annotation` range \
-              named `nn.Module: {Class}_{n}` (global forward hooks, installed only inside windows).",
+              named `nn.Module: {Class}_{n}` (global forward hooks, installed only inside windows); \
+              with KINETRACE_WITH_STACK the module calls are `python_function` frames of that name \
+              instead, as in torch.profiler's `with_stack` traces.",
         apply: |l, v| boolean(v).map(|b| l.with_modules = Some(b)),
     },
     Key {

@@ -329,6 +329,12 @@ impl Config {
             if let Some(v) = layer.with_modules {
                 c.torch.modules = v;
             }
+            if let Some(v) = layer.with_stack {
+                c.torch.stack = v;
+            }
+            if let Some(v) = layer.profile_memory {
+                c.torch.memory = v;
+            }
             if let Some(v) = layer.dynolog {
                 c.dynolog = v;
             }

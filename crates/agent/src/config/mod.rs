@@ -196,6 +196,10 @@ pub struct TorchCapture {
     pub shapes: bool,
     /// `nn.Module` forward ranges (`KINETRACE_WITH_MODULES`).
     pub modules: bool,
+    /// The Python frames around the ops (`KINETRACE_WITH_STACK`).
+    pub stack: bool,
+    /// PyTorch's allocator events (`KINETRACE_PROFILE_MEMORY`).
+    pub memory: bool,
 }
 
 impl TorchCapture {
@@ -203,7 +207,8 @@ impl TorchCapture {
     pub fn framework(&self) -> kinetrace::FrameworkOptions {
         kinetrace::FrameworkOptions {
             record_shapes: self.ops && self.shapes,
-            ..Default::default()
+            with_stack: self.ops && self.stack,
+            profile_memory: self.ops && self.memory,
         }
     }
 }
@@ -214,6 +219,8 @@ impl Default for TorchCapture {
             ops: true,
             shapes: false,
             modules: true,
+            stack: false,
+            memory: false,
         }
     }
 }
@@ -301,7 +308,7 @@ impl Key {
 
 /// Kineto file keys kinetrace accepts and ignores (they tune Kineto internals or PyTorch client
 /// options kinetrace has no counterpart for).
-pub const KINETO_IGNORED: [(&str, &str); 5] = [
+pub const KINETO_IGNORED: [(&str, &str); 4] = [
     (
         "CUPTI_PER_THREAD_BUFFER_ENABLED",
         "kinetrace chooses CUPTI's buffer mode itself",
@@ -310,7 +317,6 @@ pub const KINETO_IGNORED: [(&str, &str); 5] = [
         "ACTIVITIES_DISPLAY_CUDA_SYNC_WAIT_EVENTS",
         "sync records follow ACTIVITY_TYPES",
     ),
-    ("PROFILE_WITH_STACK", "kinetrace records no Python stacks"),
     ("PROFILE_WITH_FLOPS", "kinetrace records no FLOP estimates"),
     ("REQUEST_TRACE_ID", "trace ids are generated per trace"),
 ];
@@ -382,6 +388,8 @@ struct Layer {
     torch_ops: Option<bool>,
     record_shapes: Option<bool>,
     with_modules: Option<bool>,
+    with_stack: Option<bool>,
+    profile_memory: Option<bool>,
     dynolog: Option<bool>,
     dynolog_interval: Option<Duration>,
     dynolog_uid: Option<u32>,

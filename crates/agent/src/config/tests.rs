@@ -164,6 +164,8 @@ fn every_malformed_value_names_the_key_and_the_accepted_form() {
         ("KINETRACE_TORCH_OPS_ROUTE", "record-function"),
         ("KINETRACE_RECORD_SHAPES", "2"),
         ("KINETRACE_WITH_MODULES", "on"),
+        ("KINETRACE_WITH_STACK", "deep"),
+        ("KINETRACE_PROFILE_MEMORY", "lots"),
         ("KINETRACE_DYNOLOG", "yes"),
         ("KINETRACE_DYNOLOG_INTERVAL", "5"),
         ("KINETRACE_DYNOLOG_INTERVAL", "2m"),
@@ -287,7 +289,18 @@ ROCTRACER_MAX_EVENTS=1000000
     assert_eq!(c.output_dir, PathBuf::from("/tmp/out"));
     assert_eq!(c.worker_prefix.as_deref(), Some("job"));
     assert_eq!(c.max_gpu_buffer_mb, 32);
-    assert!(c.activities.contains(ActivityType::Memory));
+    // Kineto's PROFILE_PROFILE_MEMORY / PROFILE_WITH_STACK are PyTorch's profile_memory and
+    // with_stack: its allocator and its Python frames, not the driver's allocations.
+    assert!(!c.activities.contains(ActivityType::Memory));
+    assert!(c.torch.memory && c.torch.stack);
+    assert_eq!(
+        c.torch.framework(),
+        kinetrace::FrameworkOptions {
+            record_shapes: false,
+            with_stack: true,
+            profile_memory: true,
+        }
+    );
     assert!(!c.activities.contains(ActivityType::CpuOp));
     assert_eq!(c.kineto_config, Some(PathBuf::from("/etc/kineto.conf")));
     // The environment's window replaces the file's; its other keys override one by one.
@@ -393,7 +406,9 @@ fn pytorch_framework_view_keys() {
         TorchCapture {
             ops: true,
             shapes: false,
-            modules: true
+            modules: true,
+            stack: false,
+            memory: false,
         }
     );
     let c = env(&[
@@ -407,9 +422,25 @@ fn pytorch_framework_view_keys() {
         TorchCapture {
             ops: false,
             shapes: true,
-            modules: false
+            modules: false,
+            stack: false,
+            memory: false,
         }
     );
+    // Stacks and allocator events, and what the trace head says of them (nothing without ops).
+    let c = env(&[
+        ("KINETRACE_WITH_STACK", "1"),
+        ("KINETRACE_PROFILE_MEMORY", "true"),
+    ])
+    .unwrap();
+    assert!(c.torch.stack && c.torch.memory);
+    let f = c.torch.framework();
+    assert!(f.with_stack && f.profile_memory && !f.record_shapes);
+    let c = env(&[("KINETRACE_WITH_STACK", "1"), ("KINETRACE_TORCH_OPS", "0")]).unwrap();
+    assert!(!c.torch.framework().with_stack);
+    let e = env(&[("KINETRACE_PROFILE_MEMORY", "lots")]).unwrap_err();
+    assert_eq!(e.key, "KINETRACE_PROFILE_MEMORY");
+    assert!(e.message.contains("1, 0, true or false"), "{}", e.message);
     // Kineto's spellings in a config file.
     let c = with_file(
         &[],

@@ -220,7 +220,10 @@ const STALL_MIN_NS: i64 = 1_000_000;
 /// Fires when, inside steps, there are at least two gaps of 1 ms or more during which no thread
 /// runs a `cpu_op` or runtime call, no DataLoader fetch is open and no GPU work runs, and they
 /// add up to at least 5% of the mean step. The cost is those gaps. A gap is named after the
-/// innermost Python frame or annotation open across it, when the trace has one.
+/// innermost Python frame or annotation open across it, when the trace has one; a gap that a
+/// garbage collection (`python::gc (gen N)`, which `kinetrace record --with-stack` records from
+/// `gc.callbacks`) covers for at least half of it is named after the collection, and the summary
+/// says how much of the stall time was collections.
 pub(super) fn host_stall(ctx: &Ctx<'_>) -> Option<Finding> {
     let mut active: Vec<(i64, i64)> = ctx.busy.clone();
     for i in 0..ctx.len() {
@@ -262,8 +265,34 @@ pub(super) fn host_stall(ctx: &Ctx<'_>) -> Option<Finding> {
     if gaps.len() < 2 || cost < 0.05 * ctx.mean_window_ns() {
         return None;
     }
-    // Name each gap after what was open across it: the innermost Python frame, else annotation.
+    // Garbage collections, which are pauses whatever else is open.
+    let collections: Vec<(i64, i64, usize)> = (0..ctx.len())
+        .filter(|&i| ctx.kind(i) == Kind::Annotation && is_gc(ctx.name(i)))
+        .map(|i| (ctx.row(i).ts, ctx.row(i).end(), i))
+        .collect();
+    let in_gc = |a: i64, b: i64| -> (i64, Option<usize>) {
+        let mut time = 0;
+        let mut most: Option<(usize, i64)> = None;
+        for &(s, e, i) in &collections {
+            let overlap = e.min(b) - s.max(a);
+            if overlap > 0 {
+                time += overlap;
+                if most.is_none_or(|(_, o)| overlap > o) {
+                    most = Some((i, overlap));
+                }
+            }
+        }
+        (time.min(b - a), most.map(|(i, _)| i))
+    };
+    let gc_total: i64 = gaps.iter().map(|&(a, b)| in_gc(a, b).0).sum();
+    // Name each gap after what was open across it: a garbage collection covering half of it or
+    // more, else the innermost Python frame, else annotation.
     let covering = |a: i64, b: i64| -> String {
+        if let (time, Some(i)) = in_gc(a, b) {
+            if 2 * time >= b - a {
+                return format!("{} (garbage collection)", ctx.name(i));
+            }
+        }
         let mut best: Option<(usize, i64)> = None;
         for i in 0..ctx.len() {
             let r = ctx.row(i);
@@ -290,9 +319,18 @@ pub(super) fn host_stall(ctx: &Ctx<'_>) -> Option<Finding> {
         g.time += b - a;
     }
     let longest = sorted[0].1 - sorted[0].0;
+    let gc_note = if gc_total > 0 {
+        format!(
+            "; {} of it ({:.0}%) in Python garbage collection",
+            fmt_us(gc_total as f64 / ctx.windows.len() as f64 / 1000.0),
+            100.0 * gc_total as f64 / total as f64
+        )
+    } else {
+        String::new()
+    };
     let summary = format!(
         "{} gaps of 1 ms or more inside steps with no op, no CUDA call and an idle GPU: {} {} \
-         ({:.1}% {}), the longest {}",
+         ({:.1}% {}), the longest {}{gc_note}",
         gaps.len(),
         fmt_us(cost / 1000.0),
         if ctx.has_steps {
@@ -317,6 +355,12 @@ pub(super) fn host_stall(ctx: &Ctx<'_>) -> Option<Finding> {
         super::rules::tallies_to_evidence(ctx, by_name),
         examples,
     ))
+}
+
+/// A garbage-collection range: `python::gc (gen N)`, as `kinetrace record --with-stack` records
+/// Python's collections.
+fn is_gc(name: &str) -> bool {
+    name.starts_with("python::gc")
 }
 
 // ---------------------------------------------------------------------------------------------

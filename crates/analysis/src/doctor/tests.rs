@@ -576,6 +576,55 @@ fn host_stall() {
         "train.py(42): log_metrics"
     );
 
+    // A garbage collection over most of the gap names it, before the frame around it, and the
+    // summary says how much of the stall was collections.
+    let r = run(&[&steps_with_hole(|t, ts| {
+        t.x(
+            "python_function",
+            "train.py(42): log_metrics",
+            (1, 1),
+            ts + 3_500,
+            2_500,
+            json!({}),
+        );
+        t.x(
+            "user_annotation",
+            "python::gc (gen 2)",
+            (1, 1),
+            ts + 4_200,
+            1_600,
+            json!({}),
+        );
+    })]);
+    let f = get(&r, "host-stall");
+    assert_eq!(
+        f.evidence[0].what,
+        "python::gc (gen 2) (garbage collection)"
+    );
+    assert!(
+        f.summary.contains("in Python garbage collection"),
+        "{}",
+        f.summary
+    );
+    // One covering less than half of it does not.
+    let r = run(&[&steps_with_hole(|t, ts| {
+        t.x(
+            "user_annotation",
+            "python::gc (gen 0)",
+            (1, 1),
+            ts + 4_100,
+            300,
+            json!({}),
+        );
+    })]);
+    let f = get(&r, "host-stall");
+    assert_eq!(f.evidence[0].what, "(nothing recorded)");
+    assert!(
+        f.summary.contains("in Python garbage collection"),
+        "{}",
+        f.summary
+    );
+
     // Gaps of 0.9 ms are ordinary overhead: quiet.
     let t = steps_with_hole(|t, ts| {
         for j in 0..2 {

@@ -129,6 +129,9 @@ struct Window {
     /// [`op_args::refused`] when the window started, then (once stopped) the window's own count:
     /// its ops written without their args because the table was full.
     args_refused: u64,
+    /// The framework's allocator events (`profile_memory`) are kept whatever the activity set
+    /// says: only a window that asked for them has them recorded at all.
+    profile_memory: bool,
 }
 
 /// What a [`Command::Start`] says of the window it opens.
@@ -170,6 +173,13 @@ pub(super) struct Collector {
     /// The open window's end when its stop is queued but not yet applied (see `note_queued_stop`).
     queued_stop: Option<UnixNanos>,
     open_begins: HashMap<(u32, u64), (u32, CpuRecord)>,
+    /// Per thread, the open `python_function` spans' ids, innermost last: a frame's `Python
+    /// parent id` is the one open around it when it begins.
+    python_open: HashMap<u32, Vec<u64>>,
+    /// Per thread, a framework `[memory]` record waiting for its totals (the next record).
+    memory_waiting: HashMap<u32, Activity>,
+    /// The `Python parent id` of each open `python_function` span, by (tid, id).
+    python_parents: HashMap<(u32, u64), u64>,
     /// Per thread, the `evaluate_function` span that began last, while no other span has begun
     /// after it there (see [`Collector::evaluate_function_rule`]).
     evaluating: HashMap<u32, u64>,
@@ -227,6 +237,9 @@ impl Collector {
             held_dropped: 0,
             queued_stop: None,
             open_begins: HashMap::new(),
+            python_open: HashMap::new(),
+            memory_waiting: HashMap::new(),
+            python_parents: HashMap::new(),
             evaluating: HashMap::new(),
             ring_names: HashMap::new(),
             drained: Vec::new(),
@@ -414,6 +427,7 @@ impl Collector {
             sources: None,
             partial_step: None,
             args_refused: op_args::refused(),
+            profile_memory: false,
         }
     }
 
@@ -466,6 +480,7 @@ impl Collector {
             }
         };
         window.recording = true;
+        window.profile_memory = framework.profile_memory;
         window.start = at;
         window.cycle = cycle;
         window.ring_drops = lost;
@@ -807,9 +822,22 @@ impl Collector {
                     tid,
                     OpArgs::NONE,
                 )),
-                CpuRecord::Begin { id, args, .. } => {
-                    self.evaluate_function_rule(tid, id, args);
-                    self.open_begins.insert((tid, id), (pid, rec));
+                CpuRecord::Begin {
+                    id, args, python, ..
+                } => {
+                    if python {
+                        // The parent rides in the pairing table until the end comes.
+                        let open = self.python_open.entry(tid).or_default();
+                        let parent = open.last().copied().unwrap_or(0);
+                        if open.len() < 4096 {
+                            open.push(id);
+                        }
+                        self.open_begins.insert((tid, id), (pid, rec));
+                        self.python_parents.insert((tid, id), parent);
+                    } else {
+                        self.evaluate_function_rule(tid, id, args);
+                        self.open_begins.insert((tid, id), (pid, rec));
+                    }
                     None
                 }
                 CpuRecord::End { end, id } => match self.open_begins.remove(&(tid, id)) {
@@ -818,22 +846,53 @@ impl Collector {
                         CpuRecord::Begin {
                             name,
                             annotation,
+                            python,
                             start,
                             id,
                             args,
                         },
-                    )) => Some(span_activity(
-                        name,
-                        annotation,
-                        self.clock.to_unix(start),
-                        self.clock.to_unix(end),
-                        id,
-                        pid,
-                        tid,
-                        args,
-                    )),
+                    )) => {
+                        let start = self.clock.to_unix(start);
+                        let end = self.clock.to_unix(end);
+                        if python {
+                            if let Some(open) = self.python_open.get_mut(&tid) {
+                                if let Some(at) = open.iter().rposition(|o| *o == id) {
+                                    open.remove(at);
+                                }
+                            }
+                            let parent = self.python_parents.remove(&(tid, id)).unwrap_or(0);
+                            Some(python_activity(
+                                name, start, end, id, parent, pid, tid, args,
+                            ))
+                        } else {
+                            Some(span_activity(
+                                name, annotation, start, end, id, pid, tid, args,
+                            ))
+                        }
+                    }
                     _ => None,
                 },
+                CpuRecord::Memory {
+                    at,
+                    address,
+                    bytes,
+                    device,
+                } => {
+                    let a =
+                        memory_activity(self.clock.to_unix(at), address, bytes, device, pid, tid);
+                    // One left waiting lost its totals (the ring was full): it goes without.
+                    self.memory_waiting.insert(tid, a)
+                }
+                CpuRecord::MemoryTotals {
+                    allocated,
+                    reserved,
+                } => self.memory_waiting.remove(&tid).map(|mut a| {
+                    if let Detail::Memory(m) = &mut a.detail {
+                        m.total_allocated = Some(allocated);
+                        m.total_reserved = Some(reserved);
+                    }
+                    a
+                }),
             };
             if let Some(a) = activity {
                 self.pending.push(a);
@@ -846,6 +905,15 @@ impl Collector {
         }
         if self.evaluating.len() > 4096 {
             self.evaluating.clear();
+        }
+        if self.python_parents.len() > 65_536 || self.python_open.len() > 4096 {
+            self.python_parents.clear();
+            self.python_open.clear();
+        }
+        // Records wait for their totals across rounds (a drain may stop between the two); one
+        // whose totals were lost to a full ring goes out without them when the next one comes.
+        if self.memory_waiting.len() > 4096 {
+            self.memory_waiting.clear();
         }
     }
 
@@ -948,7 +1016,8 @@ fn deliver(
     flight: Option<&mut FlightBuffer>,
     a: &Activity,
 ) {
-    if !activities.contains(a.activity_type()) || w.write_error.is_some() {
+    let framework_memory = w.profile_memory && matches!(a.detail, Detail::Memory(_));
+    if !(activities.contains(a.activity_type()) || framework_memory) || w.write_error.is_some() {
         return;
     }
     if let Some(tid) = a.thread().filter(|t| w.last_tid != Some(*t)) {
@@ -1011,6 +1080,65 @@ fn span_activity(
         } else {
             Detail::CpuOp(span)
         },
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn python_activity(
+    name: crate::intern::NameId,
+    start: UnixNanos,
+    end: UnixNanos,
+    id: u64,
+    parent: u64,
+    pid: u32,
+    tid: u32,
+    args: OpArgs,
+) -> Activity {
+    Activity {
+        start,
+        end,
+        correlation: None,
+        external_id: Some(id),
+        detail: Detail::PythonFunction(crate::activity::PythonSpan {
+            span: CpuSpan {
+                name,
+                pid,
+                tid,
+                args,
+            },
+            parent: (parent != 0).then_some(parent),
+        }),
+    }
+}
+
+/// A framework allocator's event (its totals are filled in from the record after it).
+fn memory_activity(
+    at: UnixNanos,
+    address: u64,
+    bytes: i64,
+    device: i16,
+    pid: u32,
+    tid: u32,
+) -> Activity {
+    Activity {
+        start: at,
+        end: at,
+        correlation: None,
+        external_id: None,
+        detail: Detail::Memory(crate::activity::Memory {
+            op: if bytes < 0 {
+                crate::activity::MemoryOp::Free
+            } else {
+                crate::activity::MemoryOp::Alloc
+            },
+            device: u32::try_from(device).ok(),
+            address,
+            bytes: bytes.unsigned_abs(),
+            total_allocated: None,
+            total_reserved: None,
+            pid,
+            tid,
+        }),
     }
 }
 

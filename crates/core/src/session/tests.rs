@@ -742,6 +742,7 @@ fn evaluate_function_spans_take_their_backward_functions_sequence_number() {
         assert!(recorder::push(CpuRecord::Begin {
             name: crate::intern::intern(name),
             annotation: false,
+            python: false,
             start: Ticks::now(),
             id,
             args,
@@ -978,4 +979,157 @@ fn a_capture_cut_by_the_end_of_the_session_names_its_partial_step() {
     session.close();
     // Steps 0 and 1 whole; then steps 2, 3 and the cut 4.
     assert_eq!(*out.lock().unwrap(), vec![None, Some("4".to_string())]);
+}
+
+/// Python frame spans get the `Python parent id` of the frame span open around them on their
+/// thread (none for the outermost), and a framework `[memory]` record takes the totals record
+/// that follows it; both reach the trace only in a window that asked for allocator events.
+#[test]
+fn python_frames_get_their_parents_and_allocator_events_their_totals() {
+    use crate::activity::{MemoryOp, OpArgs};
+    use crate::clock::Ticks;
+    use crate::framework::FrameworkOptions;
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    type Seen = Arc<Mutex<Vec<Activity>>>;
+    struct All(Seen);
+    impl Sink for All {
+        fn record(&mut self, a: &Activity) -> std::io::Result<()> {
+            self.0.lock().unwrap().push(*a);
+            Ok(())
+        }
+        fn finish(self: Box<Self>, meta: &TraceMeta) -> std::io::Result<TraceOutput> {
+            Ok(TraceOutput {
+                path: None,
+                events: 0,
+                cycle: meta.cycle,
+            })
+        }
+    }
+    let run = |profile_memory: bool| -> Vec<Activity> {
+        let out: Seen = Arc::default();
+        let out2 = out.clone();
+        let sinks = Box::new(move |_cycle: u32| -> std::io::Result<Box<dyn Sink>> {
+            Ok(Box::new(All(out2.clone())))
+        });
+        let config = SessionConfig {
+            framework: FrameworkOptions {
+                profile_memory,
+                with_stack: true,
+                ..Default::default()
+            },
+            log: Arc::new(|_| {}),
+            ..SessionConfig::default()
+        };
+        let session = Session::start(config, Vec::new(), sinks, None).expect("tests take turns");
+        let begin = |name: &str, id: u64, python: bool| {
+            assert!(recorder::push(CpuRecord::Begin {
+                name: crate::intern::intern(name),
+                annotation: false,
+                python,
+                start: Ticks::now(),
+                id,
+                args: OpArgs::NONE,
+            }));
+        };
+        let end = |id: u64| {
+            assert!(recorder::push(CpuRecord::End {
+                end: Ticks::now(),
+                id
+            }))
+        };
+        // <module> → train → aten::mm (an op between frames is no frame's parent) → forward.
+        begin("guide.py(1): <module>", 7001, true);
+        begin("guide.py(17): train", 7002, true);
+        begin("aten::mm", 7003, false);
+        begin("model.py(9): forward", 7004, true);
+        assert!(recorder::push(CpuRecord::Memory {
+            at: Ticks::now(),
+            address: 0x1000,
+            bytes: 4096,
+            device: -1,
+        }));
+        assert!(recorder::push(CpuRecord::MemoryTotals {
+            allocated: 8192,
+            reserved: 0,
+        }));
+        assert!(recorder::push(CpuRecord::Memory {
+            at: Ticks::now(),
+            address: 0x1000,
+            bytes: -4096,
+            device: 0,
+        }));
+        assert!(recorder::push(CpuRecord::MemoryTotals {
+            allocated: 4096,
+            reserved: 1 << 20,
+        }));
+        end(7004);
+        end(7003);
+        end(7002);
+        // A later sibling of train: its parent is <module> again.
+        begin("guide.py(30): evaluate", 7005, true);
+        end(7005);
+        end(7001);
+        session.stop();
+        let got = out.lock().unwrap().clone();
+        got
+    };
+    let got = run(true);
+    let frames: Vec<(String, u64, Option<u64>)> = got
+        .iter()
+        .filter_map(|a| match &a.detail {
+            Detail::PythonFunction(p) => Some((
+                crate::intern::resolve(p.span.name).to_string(),
+                a.external_id.unwrap(),
+                p.parent,
+            )),
+            _ => None,
+        })
+        .collect();
+    let mut frames = frames;
+    frames.sort_by_key(|f| f.1);
+    assert_eq!(
+        frames,
+        vec![
+            ("guide.py(1): <module>".to_string(), 7001, None),
+            ("guide.py(17): train".to_string(), 7002, Some(7001)),
+            ("model.py(9): forward".to_string(), 7004, Some(7002)),
+            ("guide.py(30): evaluate".to_string(), 7005, Some(7001)),
+        ]
+    );
+    // The op between them is a cpu_op, not a frame.
+    assert!(got
+        .iter()
+        .any(|a| matches!(a.detail, Detail::CpuOp(_)) && a.external_id == Some(7003)));
+    let memory: Vec<_> = got
+        .iter()
+        .filter_map(|a| match a.detail {
+            Detail::Memory(m) => {
+                Some((m.op, m.device, m.bytes, m.total_allocated, m.total_reserved))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        memory,
+        vec![
+            (MemoryOp::Alloc, None, 4096, Some(8192), Some(0)),
+            (MemoryOp::Free, Some(0), 4096, Some(4096), Some(1 << 20)),
+        ]
+    );
+    // A window without profile_memory keeps no allocator events (Kineto's default activity set
+    // has no memory records), and still has the frames.
+    let got = run(false);
+    assert!(!got.iter().any(|a| matches!(a.detail, Detail::Memory(_))));
+    assert_eq!(
+        got.iter()
+            .filter(|a| matches!(a.detail, Detail::PythonFunction(_)))
+            .count(),
+        4
+    );
+}
+
+#[test]
+fn ring_records_stay_32_bytes() {
+    // The memory event is split in two records so that every slot stays this size.
+    assert_eq!(std::mem::size_of::<CpuRecord>(), 32);
 }
