@@ -240,6 +240,7 @@ fn a_hang_in_a_collective_dumps_naming_it() {
     crate::recorder::push(CpuRecord::Begin {
         name: crate::intern::intern("c10d::allreduce_"),
         annotation: false,
+        python: false,
         start: crate::clock::Ticks::now(),
         id,
         args: crate::activity::OpArgs::NONE,
