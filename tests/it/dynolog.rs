@@ -680,19 +680,19 @@ fn a_flight_recorder_answers_a_request_with_a_dump() {
                 .start()
                 .expect("profiler starts");
             let pid = std::process::id();
-            daemon.queue(
-                0,
-                0,
-                &format!(
-                    "ACTIVITIES_LOG_FILE={dir}/run/trace.json\nPROFILE_START_TIME={}\n\
-                     ACTIVITIES_DURATION_MSECS=300\nREQUEST_TRACE_ID=77aa\n",
-                    now_ms()
-                ),
-            );
             let path = PathBuf::from(format!("{dir}/run/trace_{pid}.json"));
             let trace = training(&p, || {
-                // Some steps first, so the span holds whole ones.
+                // Some steps first, so the span holds whole ones; then the request.
                 std::thread::sleep(Duration::from_millis(100));
+                daemon.queue(
+                    0,
+                    0,
+                    &format!(
+                        "ACTIVITIES_LOG_FILE={dir}/run/trace.json\nPROFILE_START_TIME={}\n\
+                         ACTIVITIES_DURATION_MSECS=300\nREQUEST_TRACE_ID=77aa\n",
+                        now_ms()
+                    ),
+                );
                 wait_for_trace(&path, &daemon, &lines)
             });
             assert_eq!(trace.meta("flight_trigger"), Some("request"));
