@@ -11,6 +11,12 @@ use std::sync::{Arc, OnceLock, RwLock};
 /// Most distinct names the process-wide table holds.
 pub const MAX_NAMES: usize = 1 << 20;
 
+/// Ids from here on stand for `ProfilerStep#N` (N = id − `STEP_IDS`), formatted when resolved and
+/// never stored: a step is a new name every time, and a job recording all the time (the flight
+/// recorder, a whole-run recording) steps forever, so one table entry per step would grow memory
+/// without bound and then fill the table, after which every new kernel name would be lost.
+const STEP_IDS: u32 = 1 << 31;
+
 /// An interned name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct NameId(pub u32);
@@ -27,6 +33,20 @@ impl NameId {
     /// The name this id stands for.
     pub fn resolve(self) -> Arc<str> {
         resolve(self)
+    }
+
+    /// The name of step `n`'s `ProfilerStep#n` span, without a table entry (see [`STEP_IDS`]);
+    /// a step number past the reserved range is interned as any name.
+    pub fn step(n: u64) -> NameId {
+        match u32::try_from(n) {
+            Ok(n) if n < STEP_IDS => NameId(STEP_IDS + n),
+            _ => intern(&format!("ProfilerStep#{n}")),
+        }
+    }
+
+    /// The step number of an id made by [`NameId::step`].
+    pub fn step_number(self) -> Option<u32> {
+        self.0.checked_sub(STEP_IDS)
     }
 }
 
@@ -80,6 +100,9 @@ pub fn intern_bytes(name: &[u8]) -> NameId {
 
 /// Resolves one id. For many ids take a [`NameTable`] instead.
 pub fn resolve(id: NameId) -> Arc<str> {
+    if let Some(n) = id.step_number() {
+        return Arc::from(format!("ProfilerStep#{n}"));
+    }
     let t = table().read().unwrap_or_else(|e| e.into_inner());
     t.names
         .get(id.0 as usize)
@@ -107,6 +130,9 @@ impl NameTable {
 
     /// The name for `id`; ids interned after the snapshot fall back to a lookup.
     pub fn get(&self, id: NameId) -> std::borrow::Cow<'_, str> {
+        if let Some(n) = id.step_number() {
+            return std::borrow::Cow::Owned(format!("ProfilerStep#{n}"));
+        }
         match self.names.get(id.0 as usize) {
             Some(n) => std::borrow::Cow::Borrowed(n),
             None => std::borrow::Cow::Owned(resolve(id).to_string()),
@@ -155,6 +181,24 @@ mod tests {
         assert_ne!(a, c);
         assert_eq!(&*resolve(a), "aten::mm");
         assert_eq!(NameTable::snapshot().get(c), "aten::add");
+    }
+
+    #[test]
+    fn step_names_take_no_table_entry_and_resolve_to_their_number() {
+        let before = table().read().unwrap().names.len();
+        for n in [0u64, 1, 12, 1_000_000, u64::from(STEP_IDS) - 1] {
+            let id = NameId::step(n);
+            assert_eq!(id.step_number(), Some(n as u32));
+            assert_eq!(&*resolve(id), format!("ProfilerStep#{n}"));
+            assert_eq!(NameTable::snapshot().get(id), format!("ProfilerStep#{n}"));
+        }
+        // Other tests intern concurrently: a million steps would have added a million entries.
+        assert!(table().read().unwrap().names.len() < before + 1000);
+        // Past the reserved range a step is an ordinary name.
+        let big = NameId::step(u64::from(STEP_IDS));
+        assert_eq!(big.step_number(), None);
+        assert_eq!(&*resolve(big), format!("ProfilerStep#{STEP_IDS}"));
+        assert_eq!(intern("aten::mm").step_number(), None);
     }
 
     #[test]

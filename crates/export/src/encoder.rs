@@ -56,6 +56,8 @@ impl TraceEncoder {
 pub(crate) struct Events {
     pub(crate) base_ns: u64,
     names: Vec<Option<JsonStr>>,
+    /// The last `ProfilerStep#N` name written (see [`NameId::step`]).
+    step_name: Option<(NameId, JsonStr)>,
     pub(crate) cpu_rows: HashSet<(u32, u32)>,
     pub(crate) gpu_rows: HashSet<(u32, u32)>,
     pub(crate) devices: BTreeSet<u32>,
@@ -162,6 +164,7 @@ impl Events {
         Events {
             base_ns,
             names: Vec::new(),
+            step_name: None,
             cpu_rows: HashSet::new(),
             gpu_rows: HashSet::new(),
             devices: BTreeSet::new(),
@@ -198,6 +201,17 @@ impl Events {
 
     #[inline(always)]
     fn name(&mut self, id: NameId) -> &JsonStr {
+        if id.step_number().is_some() {
+            // A step's name is used once: formatted, not cached by id (step ids are not dense).
+            if self
+                .step_name
+                .as_ref()
+                .is_none_or(|(cached, _)| *cached != id)
+            {
+                self.step_name = Some((id, JsonStr::new(&id.resolve())));
+            }
+            return &self.step_name.as_ref().expect("just set").1;
+        }
         let i = id.0 as usize;
         if i >= self.names.len() {
             self.names.resize_with(i + 1, || None);

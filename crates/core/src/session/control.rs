@@ -12,7 +12,7 @@ use super::{
 use crate::activity::ActivitySet;
 use crate::clock::{Ticks, UnixNanos};
 use crate::framework::{FrameworkOptions, FrameworkOverrides};
-use crate::intern::intern;
+use crate::intern::NameId;
 use crate::recorder::{self, CpuRecord};
 use crate::schedule::TimeWindow;
 use crate::schedule::{commands, commands_on_exit, ProfilerAction, Schedule, SessionCommand};
@@ -475,7 +475,7 @@ impl Control {
             return;
         };
         recorder::restore_external_id(s.previous_external_id);
-        let name = intern(&format!("ProfilerStep#{}", s.step));
+        let name = NameId::step(s.step);
         // The same clock as the spans inside the step, so they nest exactly.
         recorder::push(CpuRecord::Span {
             name,

@@ -218,7 +218,7 @@ impl Collector {
         let mut partial = closed_partial.filter(|_| in_progress.is_none());
         if let (None, Some((id, start, step, tid))) = (&error, in_progress) {
             let a = super::span_activity(
-                crate::intern::intern(&format!("ProfilerStep#{step}")),
+                crate::intern::NameId::step(step),
                 true,
                 self.clock.to_unix(start).max(from),
                 end,
