@@ -668,13 +668,24 @@ impl Collector {
 
     fn poll_sources(&mut self, shared: &Shared) {
         self.note_queued_stop(&[], shared);
+        self.take_from_sources(shared, false);
+    }
+
+    /// Takes what the sources (CUPTI, ROCm) have — what they completed (`poll`) or, with `flush`,
+    /// everything they hold — and routes it; sources that failed are skipped.
+    fn take_from_sources(&mut self, shared: &Shared, flush: bool) {
         let mut polled = std::mem::take(&mut self.polled);
         polled.clear();
         {
             let mut sources = lock(&shared.sources);
             let super::Sources { list, failed } = &mut *sources;
             for (src, failed) in list.iter_mut().zip(failed.iter()) {
-                if !*failed {
+                if *failed {
+                    continue;
+                }
+                if flush {
+                    src.flush(&mut |a| polled.push(*a));
+                } else {
                     src.poll(&mut |a| polled.push(*a));
                 }
             }

@@ -122,21 +122,7 @@ impl Collector {
         self.route_pending(shared);
         if self.window.as_ref().is_some_and(|w| w.recording) {
             // Forced out, as at a window's end: device work done so far belongs in the dump.
-            let mut polled = std::mem::take(&mut self.polled);
-            polled.clear();
-            {
-                let mut sources = lock(&shared.sources);
-                let super::super::Sources { list, failed } = &mut *sources;
-                for (src, failed) in list.iter_mut().zip(failed.iter()) {
-                    if !*failed {
-                        src.flush(&mut |a| polled.push(*a));
-                    }
-                }
-            }
-            for a in polled.drain(..) {
-                self.route(a, shared);
-            }
-            self.polled = polled;
+            self.take_from_sources(shared, true);
         }
         // A close queued by now (the process ending) ended the step in progress: its record, in
         // the rings already, is partial.
