@@ -4,8 +4,11 @@ in one process.
 `benches/torch_ops.py` runs each mode in its own process; on a shared machine the step time of
 the same mode moves by more than what `with_stack` adds, so per-step ratios from it are noise.
 Here all modes run in one process, in rounds: each round runs every mode for K steps (in an
-order shuffled per round, seeded), timing each step by the CPU time of this thread; a mode's
-figure is the median over all its steps. Modes:
+order shuffled per round, seeded), timing each step by the CPU time of this thread. A mode's
+figure is the median over all its steps; what a switch adds is the median over rounds of the
+difference within each round (its mode's median step against the same profiler's without it, a
+few seconds apart), with the middle half of those differences beside it to show the noise.
+Modes:
 
 - `plain`: no profiler;
 - `torch` / `torch-stack` / `torch-memory`: inside `torch.profiler.profile(activities=[CPU])`,
@@ -19,7 +22,7 @@ The workload is `torch_ops.py`'s `steps`: the guide's MLP with LayerNorm, AdamW 
 cross-entropy on a 64-row batch. Each profiler is entered and left per round (its export is not
 timed); the first steps of each round are not counted.
 
-    python benches/torch_rounds.py [rounds] [steps per round]
+    python benches/torch_rounds.py [rounds] [steps per round] [modes,...]
 """
 import os
 import random
@@ -30,8 +33,8 @@ import time
 
 import torch
 
-ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 8
-K = int(sys.argv[2]) if len(sys.argv) > 2 else 40
+ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 24
+K = int(sys.argv[2]) if len(sys.argv) > 2 else 20
 WARM = 5
 
 torch.manual_seed(0)
@@ -82,25 +85,41 @@ def run(mode, out, tmp):
 def main():
     modes = ["plain", "torch", "torch-stack", "torch-memory", "kinetrace", "kinetrace-stack",
              "kinetrace-memory"]
+    if len(sys.argv) > 3:
+        modes = [m for m in modes if m in sys.argv[3].split(",")]
     times = {m: [] for m in modes}
+    rounds = []  # per round: mode -> median step
     rng = random.Random(0)
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(ROUNDS):
             order = modes[:]
             rng.shuffle(order)
+            this = {}
             for m in order:
-                run(m, times[m], tmp)
+                out = []
+                run(m, out, tmp)
+                times[m] += out
+                this[m] = statistics.median(out)
+            rounds.append(this)
     med = {m: statistics.median(v) for m, v in times.items()}
     load = open("/proc/loadavg").read().split()[:3]
     print(f"torch {torch.__version__}, {ROUNDS} rounds x {K} steps per mode, load {' '.join(load)}")
     print(f"{'mode':18} {'CPU us/step (median)':>21}")
     for m in modes:
         print(f"{m:18} {med[m]:21.1f}")
+    def added(prefix, switch):
+        d = sorted(r[f"{prefix}-{switch}"] - r[prefix] for r in rounds)
+        q = statistics.quantiles(d, n=4) if len(d) > 1 else [d[0], d[0], d[0]]
+        return statistics.median(d), q[0], q[2]
+
+    print("added per step (median of the rounds' differences [middle half]):")
     for switch in ("stack", "memory"):
-        t_add = med[f"torch-{switch}"] - med["torch"]
-        k_add = med[f"kinetrace-{switch}"] - med["kinetrace"]
-        ratio = f" ({k_add / t_add:.2f}x torch's)" if t_add > 0 else ""
-        print(f"{switch:6} adds: torch.profiler {t_add:+7.1f} us/step, kinetrace {k_add:+7.1f} "
-              f"us/step{ratio}")
+        if f"torch-{switch}" not in modes or f"kinetrace-{switch}" not in modes:
+            continue
+        t, t_lo, t_hi = added("torch", switch)
+        k, k_lo, k_hi = added("kinetrace", switch)
+        ratio = f"{k / t:.2f}x torch's" if t > 0 else "-"
+        print(f"  {switch:6} torch.profiler {t:+7.1f} us [{t_lo:+.0f}, {t_hi:+.0f}]   kinetrace "
+              f"{k:+7.1f} us [{k_lo:+.0f}, {k_hi:+.0f}]   {ratio}")
 
 main()

@@ -325,18 +325,18 @@ pub fn memory(address: u64, bytes: i64, allocated: u64, reserved: u64, device: i
     if !recorder::is_active() {
         return;
     }
-    let at = Ticks::now();
-    if recorder::push(CpuRecord::Memory {
-        at,
-        address,
-        bytes,
-        device,
-    }) {
-        recorder::push(CpuRecord::MemoryTotals {
+    recorder::push_pair(
+        CpuRecord::Memory {
+            at: Ticks::now(),
+            address,
+            bytes,
+            device,
+        },
+        CpuRecord::MemoryTotals {
             allocated,
             reserved,
-        });
-    }
+        },
+    );
 }
 
 /// The RecordFunction begun with `key` on this thread ended: its span ends. Ranges that do not

@@ -510,6 +510,14 @@ pub fn push(record: CpuRecord) -> bool {
     push_with(|_, _| record)
 }
 
+/// Pushes two records that go together (an allocator event and its totals) with one look-up of
+/// the thread's ring: `false` if the first was refused (the second is then not pushed).
+#[inline]
+pub fn push_pair(first: CpuRecord, second: CpuRecord) -> bool {
+    TLS.try_with(|t| t.push_with(|_, _| first) && t.push_with(|_, _| second))
+        .unwrap_or_else(|_| refuse())
+}
+
 /// Like [`push`], for records that need this thread's (pid, tid): `make` receives them.
 #[inline]
 pub fn push_with(make: impl FnOnce(u32, u32) -> CpuRecord) -> bool {
