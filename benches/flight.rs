@@ -218,6 +218,35 @@ fn main() {
         if ops == 0 {
             m_off = w_off;
         }
+        // The same steps without their arithmetic, many of them: what recording adds to a step is
+        // then the whole difference, well above the noise a shared machine puts into a 10 ms step.
+        let reps = 20_000;
+        let mut alone = [0.0f64; 2];
+        for round in 0..6 {
+            let on = round % 2 == 1;
+            let p = on.then(|| profiler(dir.path(), 256 << 20, None));
+            let c = thread_cpu();
+            for _ in 0..reps {
+                step(&f, &names, 0);
+                ops_step(ops);
+                if let Some(p) = &p {
+                    p.step();
+                }
+            }
+            alone[on as usize] += (thread_cpu() - c) / (3 * reps) as f64;
+            drop(p);
+        }
+        let added = alone[1] - alone[0];
+        println!(
+            "  the recording work alone ({label}, the step without its arithmetic, {} steps each \
+             way): {:.2} -> {:.2} us of training-thread CPU per step: {:+.2} us, {:.3} % of a \
+             {m_off:.1} ms step",
+            3 * reps,
+            alone[0] * 1e3,
+            alone[1] * 1e3,
+            added * 1e3,
+            100.0 * added / m_off,
+        );
     }
 
     // `KINETRACE_FLIGHT_OVERHEAD_ONLY=1`: part 1 alone.
