@@ -525,6 +525,25 @@ pub static KEYS: &[Key] = &[
             duration(v, false).map(|d| l.flight_hang = Some(Some(d)))
         },
     },
+    Key {
+        env: Some("KINETRACE_FLIGHT_AFTER"),
+        kineto: None,
+        form: "0 or off, or an integer with a unit ms, s or m, such as 2s",
+        default: "2s",
+        doc: "How long a flight dump goes on recording after its trigger before it is written \
+              (a slow step, a hang, a request, SIGUSR2): the steps that follow and the device \
+              work still running. The process ending (an exit signal, an exception) never waits: \
+              it writes at once, and so does a dump still waiting then. 0: every dump at once.",
+        apply: |l, v| {
+            let d = if v == "0" || v == "off" {
+                Duration::ZERO
+            } else {
+                duration(v, true)?
+            };
+            l.flight_after = Some(d);
+            Ok(())
+        },
+    },
 ];
 
 /// A uid: an integer from 0 to 4294967294 (-1 is no uid).
