@@ -990,6 +990,20 @@ fn flight_a_slow_step_dumps_the_steps_before_it() {
         "{out}"
     );
     assert!(out.contains("ProfilerStep#*"), "{out}");
+    // The same from --json: the trigger, the step against the median, the comparison.
+    let o = output(
+        &mut w.kinetrace(&["doctor", "--json", slow_file.to_str().unwrap()]),
+        RUN,
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let d = &v["flight"][0];
+    assert_eq!(d["trigger"], "slow_step", "{v:#}");
+    assert_eq!(d["slow"]["step"], 30);
+    assert_eq!(d["slow"]["dur_ns"].as_u64(), Some(slow));
+    assert_eq!(d["slow"]["median_ns"].as_u64(), Some(median));
+    assert_eq!(d["slow_step"]["new_step"], 30);
+    assert_eq!(d["steps"][0], 22);
+    assert!(d["span_end_ns"].as_i64().unwrap() > d["span_start_ns"].as_i64().unwrap());
 }
 
 /// `kinetrace trigger --dump` asks a running flight recorder for its span; the job goes on, and a
