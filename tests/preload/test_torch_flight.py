@@ -91,44 +91,61 @@ def _covers_what_it_says(doc):
     assert not outside, outside[:3]
 
 
-@pytest.mark.parametrize("kind,exc", [("error", "RuntimeError"),
-                                      ("oom", "torch.OutOfMemoryError")])
-def test_a_slow_step_and_an_exception_leave_dumps_and_the_job_unchanged(built, tmp_path, kind, exc):
+def _plain_then_recorded(built, tmp_path, job, args, flight, **env_extra):
+    """Runs `job` (a script's text) with `args` without kinetrace, then under `kinetrace record`
+    with the `flight` options and the `env_extra` variables; asserts the job's behaviour is
+    unchanged (exit code, stdout, its stderr within kinetrace's). Returns (the plain run, the
+    flight dumps by trigger, every trace, kinetrace's log)."""
     script = tmp_path / "job.py"
-    script.write_text(JOB)
-    plain = _run([str(TORCH_PYTHON), str(script), kind], _env(tmp_path), tmp_path)
-    assert plain.returncode == 1, plain.stderr
-    assert plain.stdout.count("\n") == 25 and "not reached" not in plain.stdout, plain.stdout
-    assert plain.stderr.rstrip().endswith("injected failure in step 25"
-                                          if kind == "error" else
-                                          "injected: tried to allocate 40.00 GiB"), plain.stderr
-
+    script.write_text(job)
+    plain = _run([str(TORCH_PYTHON), str(script), *args], _env(tmp_path), tmp_path)
     out, log = tmp_path / "traces", tmp_path / "kinetrace.log"
     env = _env(tmp_path)
-    # A step the loaded machine stretched by chance must not hold back the injected one.
-    env["KINETRACE_FLIGHT_SLOW_INTERVAL"] = "0s"
+    env.update(env_extra)
     rec = _run(
-        [str(built["kinetrace"]), "record", "--flight", "10steps", "-o", str(out),
-         "--log", str(log), "--no-summary", "--", str(TORCH_PYTHON), str(script), kind],
+        [str(built["kinetrace"]), "record", *flight, "-o", str(out), "--log", str(log),
+         "--no-summary", "--", str(TORCH_PYTHON), str(script), *args],
         env, tmp_path,
     )
     text = log.read_text() if log.exists() else ""
     assert rec.returncode == plain.returncode, (rec.stderr, text)
     assert rec.stdout == plain.stdout, (rec.stderr, text)
     assert plain.stderr in rec.stderr, rec.stderr
-
     dumps, docs = _dumps(out)
+    return plain, dumps, docs, text
+
+
+@pytest.mark.parametrize("kind,exc", [("error", "RuntimeError"),
+                                      ("oom", "torch.OutOfMemoryError")])
+def test_a_slow_step_and_an_exception_leave_dumps_and_the_job_unchanged(built, tmp_path, kind, exc):
+    # A step the loaded machine stretched by chance must not hold back the injected one.
+    plain, dumps, docs, text = _plain_then_recorded(
+        built, tmp_path, JOB, [kind], ["--flight", "10steps"],
+        KINETRACE_FLIGHT_SLOW_INTERVAL="0s")
+    assert plain.returncode == 1, plain.stderr
+    assert plain.stdout.count("\n") == 25 and "not reached" not in plain.stdout, plain.stdout
+    assert plain.stderr.rstrip().endswith("injected failure in step 25"
+                                          if kind == "error" else
+                                          "injected: tried to allocate 40.00 GiB"), plain.stderr
+
     assert "slow_step" in dumps and "exception" in dumps, (len(docs), text)
     slow = [d for d in docs if d.get("flight_slow_step") == "20"]
     assert len(slow) == 1, ([d.get("flight_reason") for d in docs], text)
     slow = slow[0]
     assert int(slow["flight_slow_step_ns"]) >= 1_000_000_000
     assert int(slow["flight_slow_step_ns"]) > 3 * int(slow["flight_median_step_ns"])
-    # The span as it stood when step 20 ended (the 10 steps before it and step 20), then what
-    # followed until the collector wrote it (step 21 in progress, or more on a loaded machine).
+    # The span as it stood when step 20 ended (the 10 steps before it and step 20), then its
+    # after-period (2 s by default): still running when the exception came, so written then, cut
+    # short, up to the step the exception cut (on a machine so loaded that the four steps took
+    # over 2 s: written at the period's end).
     steps = _steps(slow)
     assert steps[0] == 10 and steps == list(range(10, steps[-1] + 1)), steps
-    assert steps[-1] >= 21, steps
+    assert slow["flight_after_ns"] == "2000000000", slow["flight_after_ns"]
+    if "flight_after_cut_by" in slow:
+        assert slow["flight_after_cut_by"] == "exception" and steps[-1] == 25, steps
+    else:
+        assert int(slow["flight_end_ns"]) == int(slow["flight_trigger_ns"]) + 2_000_000_000
+        assert steps[-1] >= 21, steps
     (slow20,) = [e for e in slow["traceEvents"] if e.get("name") == "ProfilerStep#20"]
     assert slow20["dur"] >= 1_000_000, slow20
     _covers_what_it_says(slow)
@@ -275,28 +292,14 @@ def test_an_exception_leaving_a_worker_thread_dumps_naming_it(built, tmp_path):
     `threading.excepthook`, which dumps (trigger `exception`, the thread's name in the head), then
     Python's own hook prints the traceback; the main thread goes on and exits 0, as without
     kinetrace."""
-    script = tmp_path / "job.py"
-    script.write_text(THREAD_JOB)
-    plain = _run([str(TORCH_PYTHON), str(script)], _env(tmp_path), tmp_path)
+    plain, dumps, docs, text = _plain_then_recorded(
+        built, tmp_path, THREAD_JOB, [], ["--flight", "10steps"],
+        KINETRACE_FLIGHT_SLOW_STEP="off")
     assert plain.returncode == 0, plain.stderr
     lines = plain.stdout.splitlines()
     assert len(lines) == 13 and lines[-1] == "main: the trainer thread ended", plain.stdout
     assert "Exception in thread trainer" in plain.stderr, plain.stderr
 
-    out, log = tmp_path / "traces", tmp_path / "kinetrace.log"
-    env = _env(tmp_path)
-    env["KINETRACE_FLIGHT_SLOW_STEP"] = "off"
-    rec = _run(
-        [str(built["kinetrace"]), "record", "--flight", "10steps", "-o", str(out),
-         "--log", str(log), "--no-summary", "--", str(TORCH_PYTHON), str(script)],
-        env, tmp_path,
-    )
-    text = log.read_text() if log.exists() else ""
-    assert rec.returncode == plain.returncode, (rec.stderr, text)
-    assert rec.stdout == plain.stdout, (rec.stderr, text)
-    assert plain.stderr in rec.stderr, rec.stderr
-
-    dumps, docs = _dumps(out)
     assert list(dumps) == ["exception"] and len(docs) == 1, ([d.get("flight_reason") for d in docs],
                                                             text)
     crash = dumps["exception"]
@@ -341,24 +344,11 @@ def test_an_out_of_memory_dump_holds_the_allocators_memory_events(built, tmp_pat
     allocator events (`[memory]`, with `Total Allocated`) of the steps before it."""
     if not built["recorder"]:
         base._no_recorder(built)
-    script = tmp_path / "job.py"
-    script.write_text(OOM_JOB)
-    plain = _run([str(TORCH_PYTHON), str(script)], _env(tmp_path), tmp_path)
+    plain, dumps, docs, text = _plain_then_recorded(
+        built, tmp_path, OOM_JOB, [], ["--flight", "60s", "--profile-memory"],
+        KINETRACE_FLIGHT_SLOW_STEP="off")
     assert plain.returncode == 1, plain.stderr
-    out, log = tmp_path / "traces", tmp_path / "kinetrace.log"
-    env = _env(tmp_path)
-    env["KINETRACE_FLIGHT_SLOW_STEP"] = "off"
-    rec = _run(
-        [str(built["kinetrace"]), "record", "--flight", "60s", "--profile-memory", "-o", str(out),
-         "--log", str(log), "--no-summary", "--", str(TORCH_PYTHON), str(script)],
-        env, tmp_path,
-    )
-    text = log.read_text() if log.exists() else ""
-    assert rec.returncode == plain.returncode, (rec.stderr, text)
-    assert rec.stdout == plain.stdout, (rec.stderr, text)
-    assert plain.stderr in rec.stderr, rec.stderr
-
-    dumps, docs = _dumps(out)
+    assert plain.stderr.rstrip().endswith("injected: tried to allocate 40.00 GiB"), plain.stderr
     assert list(dumps) == ["exception"], ([d.get("flight_reason") for d in docs], text)
     crash = dumps["exception"]
     assert crash["flight_exception"] == "torch.OutOfMemoryError", crash["flight_reason"]

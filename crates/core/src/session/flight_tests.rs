@@ -7,7 +7,7 @@ use crate::activity::{Activity, Detail};
 use crate::clock::UnixNanos;
 use crate::flight::{FlightSpan, SlowStepRule};
 use crate::recorder::CpuRecord;
-use crate::source::{Sink, TraceMeta};
+use crate::source::{Sink, SinkFactory, TraceMeta};
 
 /// One dump: the step annotations and op names it holds, and its head.
 #[derive(Clone, Debug, Default)]
@@ -79,26 +79,40 @@ impl Sink for DumpSink {
     }
 }
 
-fn start(flight: FlightConfig, out: &Dumps) -> Session {
+/// Starts a session made by `make`, waiting its turn while another test's is still ending (the
+/// recorder is process-wide).
+fn start_session(make: impl Fn() -> (SessionConfig, Box<dyn SinkFactory>)) -> Session {
     loop {
-        let out2 = out.clone();
-        let sinks = Box::new(move |_cycle: u32| -> std::io::Result<Box<dyn Sink>> {
-            Ok(Box::new(DumpSink {
-                dump: Dump::default(),
-                out: out2.clone(),
-                starts: Vec::new(),
-            }))
-        });
-        let config = SessionConfig {
-            log: Arc::new(|_| {}),
-            flight: Some(flight),
-            ..SessionConfig::default()
-        };
+        let (config, sinks) = make();
         match Session::start(config, Vec::new(), sinks, None) {
             Ok(s) => return s,
             Err(SessionError::AlreadyRunning) => std::thread::sleep(Duration::from_millis(5)),
         }
     }
+}
+
+/// A sink that keeps the dump it is given in `out`.
+fn dump_sink(out: &Dumps) -> Box<dyn Sink> {
+    Box::new(DumpSink {
+        dump: Dump::default(),
+        out: out.clone(),
+        starts: Vec::new(),
+    })
+}
+
+/// A flight recorder whose dumps go to `out`, its log nowhere.
+fn start(flight: FlightConfig, out: &Dumps) -> Session {
+    start_session(|| {
+        let out = out.clone();
+        let config = SessionConfig {
+            log: Arc::new(|_| {}),
+            flight: Some(flight),
+            ..SessionConfig::default()
+        };
+        let sinks: Box<dyn SinkFactory> =
+            Box::new(move |_cycle: u32| -> std::io::Result<Box<dyn Sink>> { Ok(dump_sink(&out)) });
+        (config, sinks)
+    })
 }
 
 /// One op span named `op{step}` inside the current step.
@@ -358,20 +372,17 @@ fn a_second_trigger_while_a_dump_is_queued_joins_it() {
 #[test]
 fn a_session_that_is_no_flight_recorder_refuses_dumps() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-    let session = loop {
+    let session = start_session(|| {
         let config = SessionConfig {
             log: Arc::new(|_| {}),
             trigger: Trigger::OnDemand,
             ..SessionConfig::default()
         };
-        let sinks = Box::new(|_c: u32| -> std::io::Result<Box<dyn Sink>> {
+        let sinks: Box<dyn SinkFactory> = Box::new(|_c: u32| -> std::io::Result<Box<dyn Sink>> {
             Err(std::io::Error::other("unused"))
         });
-        match Session::start(config, Vec::new(), sinks, None) {
-            Ok(s) => break s,
-            Err(_) => std::thread::sleep(Duration::from_millis(5)),
-        }
-    };
+        (config, sinks)
+    });
     let e = session
         .flight_dump(FlightTrigger::Request("x".into()))
         .unwrap_err();
@@ -396,28 +407,22 @@ fn a_disk_full_during_a_dump_loses_that_dump_only() {
     let out = Dumps::default();
     let lines = Arc::new(Mutex::new(Vec::<String>::new()));
     let full = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let session = loop {
-        let (out2, full2, lines2) = (out.clone(), full.clone(), lines.clone());
-        let sinks = Box::new(move |_c: u32| -> std::io::Result<Box<dyn Sink>> {
-            if full2.load(std::sync::atomic::Ordering::SeqCst) {
-                return Ok(Box::new(FullDisk));
-            }
-            Ok(Box::new(DumpSink {
-                dump: Dump::default(),
-                out: out2.clone(),
-                starts: Vec::new(),
-            }))
-        });
+    let session = start_session(|| {
+        let (out, full, lines) = (out.clone(), full.clone(), lines.clone());
+        let sinks: Box<dyn SinkFactory> =
+            Box::new(move |_c: u32| -> std::io::Result<Box<dyn Sink>> {
+                if full.load(std::sync::atomic::Ordering::SeqCst) {
+                    return Ok(Box::new(FullDisk));
+                }
+                Ok(dump_sink(&out))
+            });
         let config = SessionConfig {
-            log: Arc::new(move |m: &str| lines2.lock().unwrap().push(m.to_string())),
+            log: Arc::new(move |m: &str| lines.lock().unwrap().push(m.to_string())),
             flight: Some(no_auto(FlightSpan::Steps(3))),
             ..SessionConfig::default()
         };
-        match Session::start(config, Vec::new(), sinks, None) {
-            Ok(s) => break s,
-            Err(_) => std::thread::sleep(Duration::from_millis(5)),
-        }
-    };
+        (config, sinks)
+    });
     for s in 0..5 {
         op(s);
         session.step();
