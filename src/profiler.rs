@@ -558,8 +558,8 @@ impl ProfilerBuilder {
         self
     }
 
-    /// The flight recorder's hang trigger: no step for `after` while a collective or a sync is
-    /// open (`None`: off).
+    /// The flight recorder's hang trigger: no step for `after` while a collective or a sync has
+    /// been open that long (`None`: off).
     pub fn flight_hang_after(mut self, after: Option<Duration>) -> Self {
         self.flight_settings().hang_after = after;
         self

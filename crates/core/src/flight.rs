@@ -108,7 +108,8 @@ pub struct FlightConfig {
     pub memory_cap: usize,
     /// Dump on a slow step (`None`: off).
     pub slow_step: Option<SlowStepRule>,
-    /// Dump when no step came for this long while a collective or a sync is open (`None`: off).
+    /// Dump when no step came for this long while a collective or a sync has been open that
+    /// long (`None`: off).
     pub hang_after: Option<Duration>,
     /// How long after its trigger a dump goes on recording before it is written (zero: written
     /// at once; [`DEFAULT_FLIGHT_AFTER`]). The process ending (an exit signal, an exception)

@@ -515,8 +515,8 @@ pub static KEYS: &[Key] = &[
         form: "off, or a duration such as 5m or 30s",
         default: "off",
         doc: "The hang trigger: no step for this long while a collective (`c10d::`, NCCL, Gloo, \
-              `record_param_comms`) or a synchronize call is open on some thread writes a dump \
-              naming it (once per stall; on a multi-rank job, every rank that sees it).",
+              `record_param_comms`) or a synchronize call has been open this long on some thread \
+              writes a dump naming it (once per stall; on a multi-rank job, every rank that sees it).",
         apply: |l, v| {
             if v == "off" {
                 l.flight_hang = Some(None);

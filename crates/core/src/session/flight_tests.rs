@@ -301,6 +301,40 @@ fn without_a_collective_open_a_long_step_is_no_hang() {
     drop(session);
 }
 
+/// A rank that was late for other reasons (no step for longer than the hang time, no collective
+/// open) and then enters a collective that goes through at once is no hang: the collective
+/// itself must have been open that long.
+#[test]
+fn a_late_rank_entering_a_collective_is_no_hang() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Dumps::default();
+    let mut config = no_auto(FlightSpan::Time(Duration::from_secs(60)));
+    config.hang_after = Some(Duration::from_millis(300));
+    let session = start(config, &out);
+    session.step();
+    op(1);
+    std::thread::sleep(Duration::from_millis(600));
+    // The all-reduce is open for a few collector rounds, then completes.
+    let id = crate::recorder::next_span_id();
+    crate::recorder::push(CpuRecord::Begin {
+        name: crate::intern::intern("c10d::allreduce_"),
+        annotation: false,
+        python: false,
+        start: crate::clock::Ticks::now(),
+        id,
+        args: crate::activity::OpArgs::NONE,
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    crate::recorder::push(CpuRecord::End {
+        end: crate::clock::Ticks::now(),
+        id,
+    });
+    session.step();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(out.lock().unwrap().is_empty(), "{:?}", out.lock().unwrap());
+    drop(session);
+}
+
 #[test]
 fn the_cap_binds_and_the_dump_says_what_it_covers() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());

@@ -67,8 +67,9 @@ impl Collector {
         }
     }
 
-    /// Once a round: drops the chunks older than the span, and dumps on a hang (no step for the
-    /// configured time while a collective or a sync is open on some thread), once per stall.
+    /// Once a round: drops the chunks older than the span, writes a dump whose after-period has
+    /// passed, and dumps on a hang (no step for the configured time while a collective or a sync
+    /// has been open that long on some thread), once per stall.
     pub(super) fn flight_maintain(&mut self, now: &FlightNow, shared: &Shared) {
         let mut cutoff = self.flight_span_start(now.span_start, crate::clock::Ticks::now());
         if let Some(p) = &self.flight_pending {
@@ -95,6 +96,12 @@ impl Collector {
         let Some((op, tid, open_ns)) = self.open_collective() else {
             return;
         };
+        if u128::from(open_ns) < after.as_nanos() {
+            // Open for less than the stall time: a rank that was late for other reasons (it
+            // stopped before the collective, its peers waiting in it) and whose collective is
+            // now going through is no hang.
+            return;
+        }
         self.hang_reported = Some(now.step);
         let trigger = FlightTrigger::Hang {
             op,
