@@ -4,8 +4,11 @@
 //! - **always-on overhead**: a training-like loop of 10 ms steps (a fixed amount of arithmetic per
 //!   step, calibrated to 10 ms without the profiler), each with 40 `record_function` annotations
 //!   and 20 `cudaLaunchKernel` calls through the fake libcupti (a runtime API call and a kernel
-//!   record each), without a profiler and with `flight_recorder(60s)`, in alternating blocks;
-//!   the step time each way.
+//!   record each), without a profiler and with `flight_recorder(60s)`, in alternating blocks
+//!   (`KINETRACE_FLIGHT_BLOCKS`, default 10, of 100 steps each way); the step's wall time, the
+//!   training thread's CPU time, and the CPU time kinetrace's own threads take per step; then
+//!   the same with 1,000 op spans per step (a framework recording its ops). Only this part:
+//!   `KINETRACE_FLIGHT_OVERHEAD_ONLY=1`.
 //! - **a dump of a full span**: the buffer filled to the cap (256 MiB of records) by a burst of
 //!   spans, then a dump; how long the collector takes to write it (trigger to `on_trace_ready`),
 //!   and the step times of a loop running meanwhile.
@@ -82,6 +85,49 @@ fn step(f: &Fake, names: &[CString], units: u64) {
     }
 }
 
+/// This thread's CPU time, in ms.
+fn thread_cpu() -> f64 {
+    cpu_clock(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+fn cpu_clock(clock: libc::clockid_t) -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: (bench) a valid clock id and a timespec to fill.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as f64 * 1e3 + ts.tv_nsec as f64 / 1e6
+}
+
+/// The step times of one mode (ms), and the CPU time the process's other threads used meanwhile.
+#[derive(Default)]
+struct Blocks {
+    wall: Vec<f64>,
+    cpu: Vec<f64>,
+    other_cpu: f64,
+}
+
+impl Blocks {
+    fn run(&mut self, body: impl FnOnce(&mut Self)) {
+        let (p, t) = (cpu_clock(libc::CLOCK_PROCESS_CPUTIME_ID), thread_cpu());
+        body(self);
+        self.other_cpu += (cpu_clock(libc::CLOCK_PROCESS_CPUTIME_ID) - p) - (thread_cpu() - t);
+    }
+
+    fn step(&mut self, wall: Instant, cpu: f64) {
+        self.wall.push(wall.elapsed().as_secs_f64() * 1e3);
+        self.cpu.push(thread_cpu() - cpu);
+    }
+}
+
+/// `n` op-like spans (a framework's ops, each a span while a profiler records).
+fn ops_step(n: usize) {
+    for _ in 0..n {
+        drop(black_box(record_function("aten::linear")));
+    }
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -98,6 +144,7 @@ fn rss_mib() -> f64 {
 }
 
 fn main() {
+    let mut m_off = 0.0;
     let f = fake();
     let names: Vec<CString> = (0..20)
         .map(|k| CString::new(format!("sgemm_{k}")).unwrap())
@@ -118,31 +165,65 @@ fn main() {
         soak(&f, &names, units, dir.path());
         return;
     }
-    // 1. Always-on overhead: alternating blocks of 100 steps, off and on, 5 of each.
-    let (mut off, mut on) = (Vec::new(), Vec::new());
-    for _ in 0..5 {
-        for _ in 0..100 {
-            let t = Instant::now();
-            step(&f, &names, units);
-            off.push(t.elapsed().as_secs_f64() * 1e3);
+    // 1. Always-on overhead: alternating blocks of 100 steps, off and on. Wall time is what the
+    // job sees, but on a shared machine other processes' work lands in it; the training thread's
+    // own CPU time is what recording adds to the step on a core of its own, and the CPU time of
+    // kinetrace's threads (the collector) is what it takes from the rest of the machine.
+    let blocks: usize = std::env::var("KINETRACE_FLIGHT_BLOCKS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    for (label, ops) in [
+        ("without per-op spans", 0),
+        ("with 1,000 op spans per step", 1000),
+    ] {
+        let (mut off, mut on) = (Blocks::default(), Blocks::default());
+        for _ in 0..blocks {
+            off.run(|b| {
+                for _ in 0..100 {
+                    let w = Instant::now();
+                    let c = thread_cpu();
+                    step(&f, &names, units);
+                    ops_step(ops);
+                    b.step(w, c);
+                }
+            });
+            let p = profiler(dir.path(), 256 << 20, None);
+            on.run(|b| {
+                for _ in 0..100 {
+                    let w = Instant::now();
+                    let c = thread_cpu();
+                    step(&f, &names, units);
+                    ops_step(ops);
+                    p.step();
+                    b.step(w, c);
+                }
+            });
+            drop(p);
         }
-        let p = profiler(dir.path(), 256 << 20, None);
-        for _ in 0..100 {
-            let t = Instant::now();
-            step(&f, &names, units);
-            p.step();
-            on.push(t.elapsed().as_secs_f64() * 1e3);
+        let (w_off, w_on) = (median(&mut off.wall), median(&mut on.wall));
+        let (c_off, c_on) = (median(&mut off.cpu), median(&mut on.cpu));
+        let other = (on.other_cpu - off.other_cpu) / on.wall.len() as f64;
+        println!(
+            "always-on, {label} (40 annotations + 20 kernel launches per step, {} steps each \
+             way, medians): wall {w_off:.3} -> {w_on:.3} ms ({:+.2} %); training thread CPU \
+             {c_off:.3} -> {c_on:.3} ms ({:+.2} %); kinetrace's other threads {:.1} us CPU per \
+             step ({:.2} % of a step)",
+            off.wall.len(),
+            100.0 * (w_on - w_off) / w_off,
+            100.0 * (c_on - c_off) / c_off,
+            other * 1e3,
+            100.0 * other / c_off,
+        );
+        if ops == 0 {
+            m_off = w_off;
         }
-        drop(p);
     }
-    let (m_off, m_on) = (median(&mut off), median(&mut on));
-    println!(
-        "always-on: median step {m_off:.3} ms off, {m_on:.3} ms with flight_recorder(60s): \
-         {:+.2} % ({} steps each way, 40 annotations + 20 kernel launches per step)",
-        100.0 * (m_on - m_off) / m_off,
-        off.len()
-    );
 
+    // `KINETRACE_FLIGHT_OVERHEAD_ONLY=1`: part 1 alone.
+    if std::env::var("KINETRACE_FLIGHT_OVERHEAD_ONLY").as_deref() == Ok("1") {
+        return;
+    }
     // 2. A dump of a full 256 MiB span, with the loop running while it is written.
     let ready = Arc::new(Mutex::new(None));
     let p = profiler(dir.path(), 256 << 20, Some(ready.clone()));

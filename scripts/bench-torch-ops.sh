@@ -41,7 +41,7 @@ for w in ops steps; do
         "$py" benches/torch_ops.py kinetrace.profile-shapes $w 2>>"$out/log"
 done
 # with_stack and profile_memory, each against torch.profiler with the same switch (KT_STACKS=only:
-# this part alone, with its baselines; KT_STACKS=rounds: and the rounds below).
+# this part alone, with its baselines, and the rounds below).
 for w in ops steps; do
     echo "-- $w: with_stack / profile_memory"
     if [ -n "${KT_STACKS:-}" ]; then
@@ -54,20 +54,12 @@ for w in ops steps; do
     "$py" benches/torch_ops.py torch.profiler-memory $w
     "$kt" record --profile-memory --no-summary -o "$out/memory" --log "$out/log" -- "$py" benches/torch_ops.py inside-memory $w
 done
-# KT_STACKS=rounds: the steps workload three more times, the six stack/memory modes alternating
-# (per-step differences are within a shared machine's noise in one run).
-if [ "${KT_STACKS:-}" = rounds ]; then
-    for round in 1 2 3; do
-        echo "-- steps, round $round"
-        "$py" benches/torch_ops.py torch.profiler steps
-        "$py" benches/torch_ops.py torch.profiler-stack steps
-        "$kt" record --no-summary -o "$out/r-inside" --log "$out/log" -- "$py" benches/torch_ops.py inside steps
-        "$kt" record --with-stack --no-summary -o "$out/r-stack" --log "$out/log" -- "$py" benches/torch_ops.py inside-stack steps
-        "$py" benches/torch_ops.py torch.profiler-memory steps
-        "$kt" record --profile-memory --no-summary -o "$out/r-memory" --log "$out/log" -- "$py" benches/torch_ops.py inside-memory steps
-        rm -rf "$out"/r-*
-    done
-fi
+# What with_stack and profile_memory add per training step, kinetrace's against torch.profiler's, with all modes in
+# one process in shuffled rounds (benches/torch_rounds.py: per-process runs above move by
+# more than that from run to run on a shared machine).
+echo "-- steps: with_stack and profile_memory, in one process, in rounds"
+KINETRACE_PRELOAD_PATH="${CARGO_TARGET_DIR:-$root/target}/release/libkinetrace.so" PYTHONPATH="$out/pkg" \
+    "$py" benches/torch_rounds.py 2>>"$out/log"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "routes taken (kinetrace's log, in run order):"
 grep -o 'PyTorch ops through [^(:]*' "$out/log" | sed 's/^/  /'

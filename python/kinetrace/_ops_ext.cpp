@@ -711,12 +711,20 @@ struct PyThread {
   uint32_t epoch = 0;
   int depth = 0;  // RecordFunctions begun and not ended on this thread, while recording stacks
   uint64_t next_key = 1;
+  // The last stack taken at an op's start, for the ops nested in that op (see stack_at_op): its
+  // innermost frame, the depth the op began at (-1: nothing to reuse), and `changes` then.
+  const void* synced_inner = nullptr;
+  PyCodeObject* synced_code = nullptr;
+  int synced_depth = -1;
+  uint64_t synced_changes = 0;
+  uint64_t changes = 0;  // ranges opened or closed on this thread so far
 };
 
 thread_local PyThread t_py;
 
 void close_from(PyThread& t, size_t from) {
   while (t.open.size() > from) {
+    ++t.changes;
     g_end(reinterpret_cast<const void*>(t.open.back().key));
     t.open.pop_back();
   }
@@ -731,39 +739,70 @@ void check_epoch(PyThread& t) {
   }
 }
 
+#if PY_VERSION_HEX >= 0x030B0000
+using PyFrameRecord = _PyInterpreterFrame;
+#else
+using PyFrameRecord = PyFrameObject;
+#endif
+
+// This thread's innermost frame record (null: none, or no Python thread state, as on the
+// autograd engine's device threads).
+PyFrameRecord* innermost_record() {
+  PyThreadState* ts = PyGILState_GetThisThreadState();
+  if (ts == nullptr) return nullptr;
+#if PY_VERSION_HEX >= 0x030D0000
+  return ts->current_frame;
+#elif PY_VERSION_HEX >= 0x030B0000
+  return ts->cframe == nullptr ? nullptr : ts->cframe->current_frame;
+#else
+  return ts->frame;
+#endif
+}
+
+// A frame record's code, or null for one that is not the job's: frames not started yet (and
+// 3.12's shim frames).
+PyCodeObject* code_of(PyFrameRecord* f) {
+#if PY_VERSION_HEX >= 0x030D0000
+  if (_PyFrame_IsIncomplete(f)) return nullptr;
+  PyObject* exe = f->f_executable;
+  return PyCode_Check(exe) ? reinterpret_cast<PyCodeObject*>(exe) : nullptr;
+#elif PY_VERSION_HEX >= 0x030B0000
+  return _PyFrame_IsIncomplete(f) ? nullptr : f->f_code;
+#else
+  return f->f_code;
+#endif
+}
+
+PyFrameRecord* previous_of(PyFrameRecord* f) {
+#if PY_VERSION_HEX >= 0x030B0000
+  return f->previous;
+#else
+  return f->f_back;
+#endif
+}
+
+// The innermost frame that is the job's, and its code (both null: none).
+std::pair<const void*, PyCodeObject*> innermost_frame() {
+  for (PyFrameRecord* f = innermost_record(); f != nullptr; f = previous_of(f)) {
+    if (PyCodeObject* code = code_of(f)) return {f, code};
+  }
+  return {nullptr, nullptr};
+}
+
 // Takes this thread's Python stack, outermost first, leaving out the `skip` innermost frames.
-// Nothing when the thread has no Python thread state (the autograd engine's device threads).
+// Nothing when the thread has no Python thread state.
 void take_stack(PyThread& t, size_t skip) {
   t.taken.clear();
-  PyThreadState* ts = PyGILState_GetThisThreadState();
-  if (ts == nullptr) return;
-#if PY_VERSION_HEX >= 0x030D0000
-  _PyInterpreterFrame* f = ts->current_frame;
-#elif PY_VERSION_HEX >= 0x030B0000
-  _PyInterpreterFrame* f = ts->cframe == nullptr ? nullptr : ts->cframe->current_frame;
-#else
-  PyFrameObject* f = ts->frame;
-#endif
-  while (f != nullptr && t.taken.size() < kMaxFrames + skip) {
+  for (PyFrameRecord* f = innermost_record(); f != nullptr && t.taken.size() < kMaxFrames + skip;
+       f = previous_of(f)) {
+    if (PyCodeObject* code = code_of(f)) {
 #if PY_VERSION_HEX >= 0x030B0000
-    // Frames not started yet (and 3.12's shim frames) are not the job's.
-    if (!_PyFrame_IsIncomplete(f)) {
-#if PY_VERSION_HEX >= 0x030D0000
-      PyObject* exe = f->f_executable;
-      PyCodeObject* code = PyCode_Check(exe) ? reinterpret_cast<PyCodeObject*>(exe) : nullptr;
+      int offset = _PyInterpreterFrame_LASTI(f) * static_cast<int>(sizeof(_Py_CODEUNIT));
 #else
-      PyCodeObject* code = f->f_code;
+      int offset = f->f_lasti * 2;
 #endif
-      if (code != nullptr) {
-        int offset = _PyInterpreterFrame_LASTI(f) * static_cast<int>(sizeof(_Py_CODEUNIT));
-        t.taken.push_back({f, code, offset});
-      }
+      t.taken.push_back({f, code, offset});
     }
-    f = f->previous;
-#else
-    t.taken.push_back({f, f->f_code, f->f_lasti * 2});
-    f = f->f_back;
-#endif
   }
   t.taken.erase(t.taken.begin(), t.taken.begin() + std::min(skip, t.taken.size()));
   std::reverse(t.taken.begin(), t.taken.end());
@@ -778,6 +817,7 @@ void open_frame(PyThread& t, size_t i, const char* name, const char* module_id) 
   uint64_t key = (t.next_key += 2);
   g_begin(reinterpret_cast<const void*>(key), name, -1, kPython, args);
   t.open.push_back({fr.frame, fr.code, key, t.depth});
+  ++t.changes;
 }
 
 // Makes the open ranges match the stack just taken: the common prefix stays, the rest closes and
@@ -798,12 +838,32 @@ void sync_stack(PyThread& t, size_t fresh, const char* module_name, const char* 
 }
 
 // At an op's start: the frames around it (none on threads without Python).
+//
+// Most ops run inside another op (aten::linear calls aten::addmm; the backward pass's ops run
+// inside autograd's evaluate_function), and then the stack is usually the one taken at the outer
+// op's start: the frame that called the outer op stays alive, and where it is, while that op
+// runs. So when the op begun after the last full take is still open (depth above its depth),
+// no range opened or closed since, and the innermost frame is the one innermost then, the
+// frames are the same (that frame is alive, so nothing else sits at its address, and the frames
+// outside it cannot change while it runs): nothing to take or compare. Python run inside an
+// op (hooks, autograd Python functions) changes the innermost frame, and takes the full path.
 void stack_at_op() {
   PyThread& t = t_py;
   check_epoch(t);
   if (Py_IsInitialized()) {
-    take_stack(t, 0);
-    sync_stack(t, SIZE_MAX, nullptr, nullptr);
+    bool same = false;
+    if (t.synced_depth >= 0 && t.depth > t.synced_depth && t.changes == t.synced_changes) {
+      auto [frame, code] = innermost_frame();
+      same = frame == t.synced_inner && code == t.synced_code;
+    }
+    if (!same) {
+      take_stack(t, 0);
+      sync_stack(t, SIZE_MAX, nullptr, nullptr);
+      t.synced_inner = t.taken.empty() ? nullptr : t.taken.back().frame;
+      t.synced_code = t.taken.empty() ? nullptr : t.taken.back().code;
+      t.synced_depth = t.depth;
+      t.synced_changes = t.changes;
+    }
   }
   ++t.depth;
 }
@@ -812,6 +872,8 @@ void stack_at_op() {
 void stack_at_op_end() {
   PyThread& t = t_py;
   if (t.depth > 0) --t.depth;
+  // The op the last take was for has ended: its frames may return now.
+  if (t.depth <= t.synced_depth) t.synced_depth = -1;
   size_t keep = t.open.size();
   while (keep > 0 && t.open[keep - 1].depth > t.depth) --keep;
   close_from(t, keep);
@@ -1037,6 +1099,7 @@ __attribute__((visibility("default"))) void kinetrace_py_module(const char* name
     if (!g_stack.load(std::memory_order_relaxed) || !PyGILState_Check()) return;
     PyThread& t = t_py;
     check_epoch(t);
+    t.synced_depth = -1;
     take_stack(t, 1);
     size_t n = t.taken.size();
     if (n < 2) return;
