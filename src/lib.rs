@@ -35,7 +35,8 @@ environment configuration and control socket) is `kinetrace-agent`'s job, built 
 
 pub use kinetrace_core::activity::{self, ActivitySet, ActivityType};
 pub use kinetrace_core::flight::{
-    FlightConfig, FlightSpan, FlightTrigger, SlowStepRule, DEFAULT_FLIGHT_MEMORY,
+    FlightConfig, FlightSpan, FlightTrigger, SlowStepRule, DEFAULT_FLIGHT_AFTER,
+    DEFAULT_FLIGHT_MEMORY,
 };
 pub use kinetrace_core::intern::{intern, NameId};
 pub use kinetrace_core::recorder::{Callsite, SpanGuard};

@@ -521,6 +521,7 @@ impl ProfilerBuilder {
             config.memory_cap = k.memory_cap;
             config.slow_step = k.slow_step;
             config.hang_after = k.hang_after;
+            config.after = k.after;
         }
         self.flight = Some(config);
         self
@@ -557,10 +558,21 @@ impl ProfilerBuilder {
         self
     }
 
-    /// The flight recorder's hang trigger: no step for `after` while a collective or a sync is
-    /// open (`None`: off).
+    /// The flight recorder's hang trigger: no step for `after` while a collective or a sync has
+    /// been open that long (`None`: off).
     pub fn flight_hang_after(mut self, after: Option<Duration>) -> Self {
         self.flight_settings().hang_after = after;
+        self
+    }
+
+    /// How long a flight dump goes on recording after its trigger before the collector writes
+    /// it (default [`DEFAULT_FLIGHT_AFTER`](crate::DEFAULT_FLIGHT_AFTER), 2 s; zero: at once): the
+    /// steps after a slow step, whether a hang resolves. The training thread never waits for it.
+    /// The process ending (an exit signal, an exception) writes at once, and a dump still waiting
+    /// then is written first. Turns the flight recorder on (a 60 s span unless
+    /// [`flight_recorder`](Self::flight_recorder) says).
+    pub fn flight_after(mut self, after: Duration) -> Self {
+        self.flight_settings().after = after;
         self
     }
 

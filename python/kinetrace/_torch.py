@@ -125,7 +125,11 @@ def _chain_excepthook(lib):
     ``sys.excepthook``: the job is about to end with it, ``torch.OutOfMemoryError`` included) asks
     the shim for a dump naming its type, then the job's own hook runs as before (the traceback, the
     exit code). The dump is written by kinetrace's collector; the exit that follows waits for it
-    within kinetrace's exit budget."""
+    within kinetrace's exit budget.
+
+    ``threading.excepthook`` likewise: an exception leaving a thread other than the main one (a
+    training loop run in a worker thread) dumps naming the thread, then the previous hook runs
+    unchanged (a ``SystemExit`` there ends only its thread, quietly, and dumps nothing)."""
     global _excepthook_chained
     if _excepthook_chained:
         return
@@ -143,6 +147,25 @@ def _chain_excepthook(lib):
         previous(etype, value, tb)
 
     sys.excepthook = hook
+
+    import threading
+
+    previous_thread_hook = threading.excepthook
+
+    def thread_hook(args):
+        try:
+            if args.exc_type is not None and not issubclass(args.exc_type, SystemExit):
+                fn = lib.kinetrace_flight_thread_exception
+                name = getattr(args.thread, "name", None) or "?"
+                message = str(args.exc_value)[:200]
+                fn(ctypes.c_char_p(_exception_name(args.exc_type).encode("utf-8", "replace")),
+                   ctypes.c_char_p(message.encode("utf-8", "replace")),
+                   ctypes.c_char_p(name.encode("utf-8", "replace")))
+        except Exception:  # a shim without it, or a message that cannot be shown: no dump
+            pass
+        previous_thread_hook(args)
+
+    threading.excepthook = thread_hook
 
 
 def _enable(torch, lib, want):

@@ -91,44 +91,61 @@ def _covers_what_it_says(doc):
     assert not outside, outside[:3]
 
 
-@pytest.mark.parametrize("kind,exc", [("error", "RuntimeError"),
-                                      ("oom", "torch.OutOfMemoryError")])
-def test_a_slow_step_and_an_exception_leave_dumps_and_the_job_unchanged(built, tmp_path, kind, exc):
+def _plain_then_recorded(built, tmp_path, job, args, flight, **env_extra):
+    """Runs `job` (a script's text) with `args` without kinetrace, then under `kinetrace record`
+    with the `flight` options and the `env_extra` variables; asserts the job's behaviour is
+    unchanged (exit code, stdout, its stderr within kinetrace's). Returns (the plain run, the
+    flight dumps by trigger, every trace, kinetrace's log)."""
     script = tmp_path / "job.py"
-    script.write_text(JOB)
-    plain = _run([str(TORCH_PYTHON), str(script), kind], _env(tmp_path), tmp_path)
-    assert plain.returncode == 1, plain.stderr
-    assert plain.stdout.count("\n") == 25 and "not reached" not in plain.stdout, plain.stdout
-    assert plain.stderr.rstrip().endswith("injected failure in step 25"
-                                          if kind == "error" else
-                                          "injected: tried to allocate 40.00 GiB"), plain.stderr
-
+    script.write_text(job)
+    plain = _run([str(TORCH_PYTHON), str(script), *args], _env(tmp_path), tmp_path)
     out, log = tmp_path / "traces", tmp_path / "kinetrace.log"
     env = _env(tmp_path)
-    # A step the loaded machine stretched by chance must not hold back the injected one.
-    env["KINETRACE_FLIGHT_SLOW_INTERVAL"] = "0s"
+    env.update(env_extra)
     rec = _run(
-        [str(built["kinetrace"]), "record", "--flight", "10steps", "-o", str(out),
-         "--log", str(log), "--no-summary", "--", str(TORCH_PYTHON), str(script), kind],
+        [str(built["kinetrace"]), "record", *flight, "-o", str(out), "--log", str(log),
+         "--no-summary", "--", str(TORCH_PYTHON), str(script), *args],
         env, tmp_path,
     )
     text = log.read_text() if log.exists() else ""
     assert rec.returncode == plain.returncode, (rec.stderr, text)
     assert rec.stdout == plain.stdout, (rec.stderr, text)
     assert plain.stderr in rec.stderr, rec.stderr
-
     dumps, docs = _dumps(out)
+    return plain, dumps, docs, text
+
+
+@pytest.mark.parametrize("kind,exc", [("error", "RuntimeError"),
+                                      ("oom", "torch.OutOfMemoryError")])
+def test_a_slow_step_and_an_exception_leave_dumps_and_the_job_unchanged(built, tmp_path, kind, exc):
+    # A step the loaded machine stretched by chance must not hold back the injected one.
+    plain, dumps, docs, text = _plain_then_recorded(
+        built, tmp_path, JOB, [kind], ["--flight", "10steps"],
+        KINETRACE_FLIGHT_SLOW_INTERVAL="0s")
+    assert plain.returncode == 1, plain.stderr
+    assert plain.stdout.count("\n") == 25 and "not reached" not in plain.stdout, plain.stdout
+    assert plain.stderr.rstrip().endswith("injected failure in step 25"
+                                          if kind == "error" else
+                                          "injected: tried to allocate 40.00 GiB"), plain.stderr
+
     assert "slow_step" in dumps and "exception" in dumps, (len(docs), text)
     slow = [d for d in docs if d.get("flight_slow_step") == "20"]
     assert len(slow) == 1, ([d.get("flight_reason") for d in docs], text)
     slow = slow[0]
     assert int(slow["flight_slow_step_ns"]) >= 1_000_000_000
     assert int(slow["flight_slow_step_ns"]) > 3 * int(slow["flight_median_step_ns"])
-    # The span as it stood when step 20 ended (the 10 steps before it and step 20), then what
-    # followed until the collector wrote it (step 21 in progress, or more on a loaded machine).
+    # The span as it stood when step 20 ended (the 10 steps before it and step 20), then its
+    # after-period (2 s by default): still running when the exception came, so written then, cut
+    # short, up to the step the exception cut (on a machine so loaded that the four steps took
+    # over 2 s: written at the period's end).
     steps = _steps(slow)
     assert steps[0] == 10 and steps == list(range(10, steps[-1] + 1)), steps
-    assert steps[-1] >= 21, steps
+    assert slow["flight_after_ns"] == "2000000000", slow["flight_after_ns"]
+    if "flight_after_cut_by" in slow:
+        assert slow["flight_after_cut_by"] == "exception" and steps[-1] == 25, steps
+    else:
+        assert int(slow["flight_end_ns"]) == int(slow["flight_trigger_ns"]) + 2_000_000_000
+        assert steps[-1] >= 21, steps
     (slow20,) = [e for e in slow["traceEvents"] if e.get("name") == "ProfilerStep#20"]
     assert slow20["dur"] >= 1_000_000, slow20
     _covers_what_it_says(slow)
@@ -236,3 +253,120 @@ def test_a_rank_stuck_in_an_all_reduce_dumps_naming_it(built, tmp_path):
                           capture_output=True, text=True, timeout=120).stdout
     assert text.startswith("Flight dump, rank 0 (hang): no step for"), text
     assert f"stuck in: {op}" in text and "last collective finished: " in text, text
+
+
+THREAD_JOB = r"""
+import threading
+import time
+import torch
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+x = torch.randn(64, 16)
+y = x.sum(dim=1, keepdim=True)
+
+
+def train():
+    for step in range(30):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        if step == 12:
+            raise RuntimeError("injected failure in the trainer thread")
+        loss.backward()
+        time.sleep(0.02)
+        opt.step()
+        print(f"step {step} loss {loss.item():.6f}", flush=True)
+
+
+t = threading.Thread(target=train, name="trainer")
+t.start()
+t.join()
+print("main: the trainer thread ended", flush=True)
+"""
+
+
+def test_an_exception_leaving_a_worker_thread_dumps_naming_it(built, tmp_path):
+    """The training loop in a thread of its own: an exception leaving it reaches
+    `threading.excepthook`, which dumps (trigger `exception`, the thread's name in the head), then
+    Python's own hook prints the traceback; the main thread goes on and exits 0, as without
+    kinetrace."""
+    plain, dumps, docs, text = _plain_then_recorded(
+        built, tmp_path, THREAD_JOB, [], ["--flight", "10steps"],
+        KINETRACE_FLIGHT_SLOW_STEP="off")
+    assert plain.returncode == 0, plain.stderr
+    lines = plain.stdout.splitlines()
+    assert len(lines) == 13 and lines[-1] == "main: the trainer thread ended", plain.stdout
+    assert "Exception in thread trainer" in plain.stderr, plain.stderr
+
+    assert list(dumps) == ["exception"] and len(docs) == 1, ([d.get("flight_reason") for d in docs],
+                                                            text)
+    crash = dumps["exception"]
+    assert crash["flight_exception"] == "RuntimeError", crash["flight_reason"]
+    assert crash["flight_exception_thread"] == "trainer", crash["flight_reason"]
+    assert crash["flight_reason"].startswith("RuntimeError left thread trainer: injected"), \
+        crash["flight_reason"]
+    # Ten whole steps and the one the exception cut short, on the trainer's thread.
+    assert _steps(crash) == list(range(2, 13)), _steps(crash)
+    assert crash["kinetrace_partial_step"] == "12"
+    _covers_what_it_says(crash)
+    # The last events: step 12's forward ops. (Not matched by thread: a step the process's exit
+    # closed before the collector wrote the dump sits on the exiting thread's row.)
+    (last,) = [e for e in crash["traceEvents"] if e.get("name") == "ProfilerStep#12"]
+    final_ops = {e["name"] for e in crash["traceEvents"]
+                 if e.get("cat") == "cpu_op" and e["ts"] >= last["ts"]}
+    assert {"aten::linear", "aten::mse_loss"} <= final_ops, sorted(final_ops)
+
+
+OOM_JOB = r"""
+import time
+import torch
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+x = torch.randn(64, 16)
+y = x.sum(dim=1, keepdim=True)
+for step in range(10):
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    if step == 6:
+        raise torch.OutOfMemoryError("injected: tried to allocate 40.00 GiB")
+    loss.backward()
+    time.sleep(0.02)
+    opt.step()
+    print(f"step {step} loss {loss.item():.6f}", flush=True)
+"""
+
+
+def test_an_out_of_memory_dump_holds_the_allocators_memory_events(built, tmp_path):
+    """`record --flight 60s --profile-memory`: the dump an OutOfMemoryError writes holds PyTorch's
+    allocator events (`[memory]`, with `Total Allocated`) of the steps before it."""
+    if not built["recorder"]:
+        base._no_recorder(built)
+    plain, dumps, docs, text = _plain_then_recorded(
+        built, tmp_path, OOM_JOB, [], ["--flight", "60s", "--profile-memory"],
+        KINETRACE_FLIGHT_SLOW_STEP="off")
+    assert plain.returncode == 1, plain.stderr
+    assert plain.stderr.rstrip().endswith("injected: tried to allocate 40.00 GiB"), plain.stderr
+    assert list(dumps) == ["exception"], ([d.get("flight_reason") for d in docs], text)
+    crash = dumps["exception"]
+    assert crash["flight_exception"] == "torch.OutOfMemoryError", crash["flight_reason"]
+    assert crash.get("profile_memory") == 1, [k for k in crash if k != "traceEvents"]
+    _covers_what_it_says(crash)
+    memory = [e for e in crash["traceEvents"] if e.get("name") == "[memory]"]
+    assert memory, text
+    assert all(e.get("ph") == "i" and "Total Allocated" in e["args"] and "Bytes" in e["args"]
+               for e in memory), memory[:3]
+    # Every whole step before the error allocated (its forward, backward and optimizer step), and
+    # some of that memory was live at its end.
+    spans = {int(e["name"].split("#")[1]): (e["ts"], e["ts"] + e["dur"])
+             for e in crash["traceEvents"]
+             if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")}
+    for step in range(1, 6):
+        start, end = spans[step]
+        inside = [e for e in memory if start <= e["ts"] < end]
+        assert any(e["args"]["Bytes"] > 0 for e in inside), (step, len(inside))
+        assert inside[-1]["args"]["Total Allocated"] > 0, (step, inside[-1])

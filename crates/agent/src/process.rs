@@ -338,9 +338,9 @@ pub fn torch_state() -> u32 {
 
 /// An exception is leaving the Python training loop (the `sitecustomize`'s `sys.excepthook`, with
 /// the flight recorder on, bit 32 of [`torch_state`]): a flight dump whose trigger names it. The
-/// dump is queued; the exit that follows waits for it within the exit budget. Whether one was
-/// queued.
-pub fn flight_exception(type_name: &str, message: &str) -> bool {
+/// dump is queued; the exit that follows waits for it within the exit budget. `thread`: the
+/// thread it left when not the main one (`threading.excepthook`). Whether one was queued.
+pub fn flight_exception(type_name: &str, message: &str, thread: Option<&str>) -> bool {
     if PROCESS.phase.get() != Phase::Running {
         return false;
     }
@@ -349,6 +349,7 @@ pub fn flight_exception(type_name: &str, message: &str) -> bool {
     let trigger = kinetrace::FlightTrigger::Exception {
         type_name: type_name.to_string(),
         message,
+        thread: thread.map(|t| t.chars().take(100).collect()),
     };
     r.profiler.flight_dump(trigger).is_ok()
 }

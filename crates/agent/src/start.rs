@@ -194,7 +194,8 @@ pub(crate) fn build(
             .flight_recorder(f.span)
             .flight_memory(f.memory_cap)
             .flight_slow_step(f.slow_step)
-            .flight_hang_after(f.hang_after);
+            .flight_hang_after(f.hang_after)
+            .flight_after(f.after);
     }
     if !with_gpu {
         // The GPU backend is added when the GPU runtime initialises (`Profiler::add_gpu`).

@@ -25,14 +25,51 @@ pub struct FlightDump {
     pub trigger: String,
     /// `flight_reason`: why, in one sentence.
     pub reason: String,
+    /// The span the dump covers, Unix ns (`flight_start_ns`, `flight_end_ns`).
+    pub span_start_ns: Option<i64>,
+    /// Its end (after the after-period, when the dump had one).
+    pub span_end_ns: Option<i64>,
+    /// When the trigger fired, Unix ns (`flight_trigger_ns`; dumps before it had none).
+    pub trigger_ns: Option<i64>,
+    /// The after-period, ns (`flight_after_ns`).
+    pub after_ns: Option<i64>,
+    /// What cut the after-period short (`flight_after_cut_by`).
+    pub after_cut_by: Option<String>,
     /// The steps the dump covers (`flight_first_step`..`flight_last_step`).
     pub steps: Option<(i64, i64)>,
+    /// The step running when the dump ended (`kinetrace_partial_step`).
+    pub partial_step: Option<i64>,
+    /// A slow step's number, time and the median of the steps before it.
+    pub slow: Option<SlowStep>,
     /// A slow step against the steps before it.
     pub slow_step: Option<Comparison>,
     /// The op a hang was stuck in (`flight_hang_op`).
     pub hang_op: Option<String>,
+    /// How long no step had come when the hang dumped, ns (`flight_hang_stalled_ns`).
+    pub hang_stalled_ns: Option<i64>,
     /// The last collective or sync this rank finished in the dump.
     pub last_collective: Option<LastCollective>,
+    /// The exception's type (`flight_exception`).
+    pub exception: Option<String>,
+    /// The thread it left, when not the main one (`flight_exception_thread`).
+    pub exception_thread: Option<String>,
+}
+
+/// A slow step against the median (the head's `flight_slow_*` keys).
+#[derive(Clone, Debug, Serialize)]
+pub struct SlowStep {
+    /// Its number.
+    pub step: i64,
+    /// Its time, ns.
+    pub dur_ns: i64,
+    /// The median of the steps before it, ns.
+    pub median_ns: i64,
+    /// `dur_ns / median_ns`.
+    pub ratio: f64,
+    /// The threshold k it passed.
+    pub factor: Option<f64>,
+    /// How many steps the median is over.
+    pub window: Option<i64>,
 }
 
 /// A collective (or sync) call in a dump.
@@ -78,14 +115,38 @@ pub fn read_flight_dump(
         ("slow_step", Some(step)) => Some(step_against_earlier(path, step, opts)?),
         _ => None,
     };
+    let slow = match (num("flight_slow_step"), num("flight_slow_step_ns")) {
+        (Some(step), Some(dur_ns)) => {
+            let median_ns = num("flight_median_step_ns").unwrap_or(0);
+            Some(SlowStep {
+                step,
+                dur_ns,
+                median_ns,
+                ratio: dur_ns as f64 / median_ns.max(1) as f64,
+                factor: text("flight_slow_factor").and_then(|v| v.parse().ok()),
+                window: num("flight_median_window"),
+            })
+        }
+        _ => None,
+    };
     Ok(Some(FlightDump {
         file: path.to_path_buf(),
         rank: trace.rank,
         reason: text("flight_reason").unwrap_or_default(),
+        span_start_ns: num("flight_start_ns"),
+        span_end_ns: num("flight_end_ns"),
+        trigger_ns: num("flight_trigger_ns"),
+        after_ns: num("flight_after_ns"),
+        after_cut_by: text("flight_after_cut_by"),
         steps: num("flight_first_step").zip(num("flight_last_step")),
+        partial_step: num(kinetrace_core::source::PARTIAL_STEP_KEY),
+        slow,
         slow_step,
         hang_op: text("flight_hang_op"),
+        hang_stalled_ns: num("flight_hang_stalled_ns"),
         last_collective,
+        exception: text("flight_exception"),
+        exception_thread: text("flight_exception_thread"),
         trigger,
     }))
 }

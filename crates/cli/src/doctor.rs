@@ -38,22 +38,26 @@ pub fn run_doctor(plan: DoctorPlan) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     let mut stdout = io::stdout().lock();
-    if !plan.json {
-        // Flight dumps first, from their trigger.
-        let opts = DiffOptions {
-            read: plan.options.read,
-            ..DiffOptions::default()
-        };
-        let (dumps, problems) = flight_dumps(&files, &opts);
-        for p in problems {
-            eprintln!("kinetrace: flight dump not read: {p}");
-        }
-        stdout.write_all(render_flight(&dumps).as_bytes())?;
+    // Flight dumps first, from their trigger.
+    let opts = DiffOptions {
+        read: plan.options.read,
+        ..DiffOptions::default()
+    };
+    let (dumps, problems) = flight_dumps(&files, &opts);
+    for p in problems {
+        eprintln!("kinetrace: flight dump not read: {p}");
     }
     if plan.json {
-        serde_json::to_writer_pretty(&mut stdout, &report).context("cannot write the JSON")?;
+        // The report's object with one more key, `flight`: an object per dump (empty without).
+        let mut doc = serde_json::to_value(&report).context("cannot write the JSON")?;
+        if let Some(o) = doc.as_object_mut() {
+            let flight = serde_json::to_value(&dumps).context("cannot write the JSON")?;
+            o.insert("flight".into(), flight);
+        }
+        serde_json::to_writer_pretty(&mut stdout, &doc).context("cannot write the JSON")?;
         writeln!(stdout)?;
     } else {
+        stdout.write_all(render_flight(&dumps).as_bytes())?;
         stdout.write_all(render(&report).as_bytes())?;
         if !plan.quiet {
             writeln!(

@@ -91,6 +91,7 @@ const FLAG_OF_KEY: &[(&str, &str)] = &[
     ("KINETRACE_ACTIVITIES", "--activities"),
     ("KINETRACE_SIGNAL", "--signal"),
     ("KINETRACE_FLIGHT_RECORDER", "--flight"),
+    ("KINETRACE_FLIGHT_AFTER", "--flight-after"),
     ("KINETRACE_STEP_NVTX", "--step-nvtx"),
     ("KINETRACE_LOG", "--log"),
 ];
@@ -128,6 +129,10 @@ pub struct RecordArgs {
     /// docs/flight.md).
     #[arg(long, value_name = "SPAN", group = "window")]
     pub flight: Option<String>,
+    /// With --flight: how long a dump goes on recording after its trigger (default 2s; 0: at
+    /// once). An exit signal or an exception always writes at once.
+    #[arg(long, value_name = "TIME", requires = "flight")]
+    pub flight_after: Option<String>,
     /// Only these ranks profile (RANK, else LOCAL_RANK, else 0), e.g. 0,8 or 0-3.
     #[arg(long, value_name = "LIST")]
     pub ranks: Option<String>,
@@ -282,6 +287,7 @@ impl RecordArgs {
             self.no_optimizer_hook.then(|| "0".into()),
         );
         opt("KINETRACE_STEP_NVTX", self.step_nvtx);
+        opt("KINETRACE_FLIGHT_AFTER", self.flight_after);
         opt(
             "KINETRACE_RECORD_SHAPES",
             self.record_shapes.then(|| "1".into()),

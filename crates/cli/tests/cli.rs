@@ -279,6 +279,163 @@ fn doctor_reports_findings_with_exit_code_0() {
     assert_eq!(f["per_step"], true);
 }
 
+/// A flight dump of steps 1..=5 of `rank` (1 ms each with one `aten::mm`, a finished
+/// `c10d::allreduce_` in step 3), whose step 5 also ran a 30 ms `aten::cat`; `head` adds its
+/// `flight_*` keys.
+fn flight_dump(rank: i64, head: Value) -> Value {
+    let mut ev = Vec::new();
+    let mut t = 1_000_000.0;
+    for step in 1..=5 {
+        let len = if step == 5 { 32_000.0 } else { 1_000.0 };
+        ev.push(
+            json!({"ph": "X", "cat": "user_annotation", "name": format!("ProfilerStep#{step}"),
+                       "pid": 1, "tid": 1, "ts": t, "dur": len}),
+        );
+        ev.push(
+            json!({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
+                       "ts": t + 100.0, "dur": 500.0}),
+        );
+        if step == 3 {
+            ev.push(
+                json!({"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1,
+                           "tid": 1, "ts": t + 700.0, "dur": 200.0}),
+            );
+        }
+        if step == 5 {
+            ev.push(
+                json!({"ph": "X", "cat": "cpu_op", "name": "aten::cat", "pid": 1, "tid": 1,
+                           "ts": t + 700.0, "dur": 30_000.0}),
+            );
+        }
+        t += len;
+    }
+    // The dump's span: from the first step to the end of the last (Unix ns; base time 0).
+    let mut v = json!({
+        "schemaVersion": 1,
+        "distributedInfo": {"rank": rank, "world_size": 2},
+        "flight_start_ns": "1000000000",
+        "flight_end_ns": format!("{}", (t * 1000.0) as u64),
+        "flight_first_step": "1",
+        "flight_last_step": "5",
+        "traceEvents": ev,
+    });
+    for (k, val) in head.as_object().unwrap() {
+        v[k] = val.clone();
+    }
+    v
+}
+
+/// `doctor --json` on flight dumps: a `flight` array, one object per dump starting from its
+/// trigger (why, the span, the steps), with what the text prints for it: a slow step against the
+/// median and the diff of it against the steps before; a hang's op and each rank's last
+/// collective. Without dumps the array is empty.
+#[test]
+fn doctor_json_starts_from_each_flight_dumps_trigger() {
+    let dir = tempfile::tempdir().unwrap();
+    let slow = json!({
+        "flight_trigger": "slow_step",
+        "flight_reason": "step 5 took 32.000 ms, 32.0x the median 1.000 ms of the 4 steps before it (threshold 3x)",
+        "flight_slow_step": "5",
+        "flight_slow_step_ns": "32000000",
+        "flight_median_step_ns": "1000000",
+        "flight_slow_factor": "3",
+        "flight_median_window": "4",
+        "flight_trigger_ns": "1036000000",
+        "flight_after_ns": "2000000000",
+    });
+    write(dir.path(), "slow.json", &flight_dump(0, slow));
+    let hang = json!({
+        "flight_trigger": "hang",
+        "flight_reason": "no step for 5.0 s (step 5 in progress) while c10d::allreduce_ has been open for 5.0 s on thread 1",
+        "flight_hang_op": "c10d::allreduce_",
+        "flight_hang_stalled_ns": "5000000000",
+        "kinetrace_partial_step": "5",
+    });
+    let hangs = tempfile::tempdir().unwrap();
+    write(hangs.path(), "rank1.json", &flight_dump(1, hang.clone()));
+    write(hangs.path(), "rank0.json", &flight_dump(0, hang));
+
+    let out = kinetrace(&["doctor", "--json", dir.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    let flight = v["flight"].as_array().unwrap();
+    assert_eq!(flight.len(), 1, "{v:#}");
+    let d = &flight[0];
+    assert_eq!(d["trigger"], "slow_step");
+    assert!(d["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("step 5 took 32.000 ms"));
+    assert_eq!(d["rank"], 0);
+    assert_eq!(d["span_start_ns"], 1_000_000_000i64);
+    assert_eq!(d["span_end_ns"], 1_036_000_000i64);
+    assert_eq!(d["trigger_ns"], 1_036_000_000i64);
+    assert_eq!(d["after_ns"], 2_000_000_000i64);
+    assert_eq!(d["steps"], json!([1, 5]));
+    assert!(d["partial_step"].is_null(), "{d:#}");
+    // The slow step against the median, as the head says.
+    let s = &d["slow"];
+    assert_eq!(
+        (s["step"].as_i64(), s["dur_ns"].as_i64()),
+        (Some(5), Some(32_000_000))
+    );
+    assert_eq!(
+        (s["median_ns"].as_i64(), s["ratio"].as_f64()),
+        (Some(1_000_000), Some(32.0))
+    );
+    assert_eq!(
+        (s["factor"].as_f64(), s["window"].as_i64()),
+        (Some(3.0), Some(4))
+    );
+    // ... and the diff lines the text prints: step 5 against steps 1..=4 of the same dump, the
+    // op it added first.
+    let c = &d["slow_step"];
+    assert_eq!(
+        (c["base_steps"].as_i64(), c["new_steps"].as_i64()),
+        (Some(4), Some(1))
+    );
+    let rows = c["rows"].as_array().unwrap();
+    let first_op = rows.iter().find(|r| r["kind"] != "annotation").unwrap();
+    assert_eq!(first_op["name"], "aten::cat", "{rows:#?}");
+    assert_eq!(first_op["category"], "added");
+    assert!(c["step_time_diff_us"].as_f64().unwrap() > 30_000.0);
+    // Same text out of the same dump (the text and the JSON come from one reading).
+    let txt = text(&kinetrace(&["doctor", dir.path().to_str().unwrap()]).stdout);
+    assert!(
+        txt.starts_with("Flight dump, rank 0 (slow_step): step 5 took 32.000 ms"),
+        "{txt}"
+    );
+    assert!(txt.contains("aten::cat"), "{txt}");
+
+    // Two ranks' hang dumps: each names the op and its last finished collective.
+    let out = kinetrace(&["doctor", "--json", hangs.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let flight = v["flight"].as_array().unwrap();
+    let ranks: Vec<_> = flight.iter().map(|d| d["rank"].as_i64()).collect();
+    assert_eq!(ranks, [Some(0), Some(1)]);
+    for d in flight {
+        assert_eq!(d["trigger"], "hang");
+        assert_eq!(d["hang_op"], "c10d::allreduce_");
+        assert_eq!(d["hang_stalled_ns"], 5_000_000_000i64);
+        assert_eq!(d["partial_step"], 5);
+        assert!(d["slow"].is_null() && d["slow_step"].is_null(), "{d:#}");
+        let l = &d["last_collective"];
+        assert_eq!(l["name"], "c10d::allreduce_");
+        assert_eq!(l["dur_us"], 200.0);
+        // It ended 2.9 ms into the 36 ms dump.
+        assert_eq!(l["ended_us_before_dump"], 36_000.0 - 2_900.0);
+    }
+
+    // No dumps: an empty array.
+    let plain = tempfile::tempdir().unwrap();
+    write(plain.path(), "rank0.json", &trace_with_sync(0));
+    let out = kinetrace(&["doctor", "--json", plain.path().to_str().unwrap()]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["flight"], json!([]));
+}
+
 #[test]
 fn doctor_without_findings_and_with_nothing_readable() {
     let dir = tempfile::tempdir().unwrap();

@@ -990,6 +990,20 @@ fn flight_a_slow_step_dumps_the_steps_before_it() {
         "{out}"
     );
     assert!(out.contains("ProfilerStep#*"), "{out}");
+    // The same from --json: the trigger, the step against the median, the comparison.
+    let o = output(
+        &mut w.kinetrace(&["doctor", "--json", slow_file.to_str().unwrap()]),
+        RUN,
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let d = &v["flight"][0];
+    assert_eq!(d["trigger"], "slow_step", "{v:#}");
+    assert_eq!(d["slow"]["step"], 30);
+    assert_eq!(d["slow"]["dur_ns"].as_u64(), Some(slow));
+    assert_eq!(d["slow"]["median_ns"].as_u64(), Some(median));
+    assert_eq!(d["slow_step"]["new_step"], 30);
+    assert_eq!(d["steps"][0], 22);
+    assert!(d["span_end_ns"].as_i64().unwrap() > d["span_start_ns"].as_i64().unwrap());
 }
 
 /// `kinetrace trigger --dump` asks a running flight recorder for its span; the job goes on, and a
@@ -1054,6 +1068,75 @@ fn flight_trigger_dump_writes_the_kept_steps_and_recording_goes_on() {
         w.traces().len(),
         2,
         "a flight recorder writes nothing at exit"
+    );
+}
+
+/// `record --flight-after 1s`: a requested dump goes on recording for a second after the request
+/// (the steps that follow are in it, the step running at its end partial) and ends exactly there;
+/// a malformed value stops before the job, naming the flag.
+#[test]
+fn flight_after_holds_the_steps_that_follow_the_trigger() {
+    let w = World::new();
+    let o = output(
+        w.kinetrace(&["record", "--flight", "60s", "--flight-after", "soon", "--"])
+            .arg(&built().train)
+            .arg("3"),
+        RUN,
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(text(&o.stdout), "", "the job did not run");
+    assert!(
+        text(&o.stderr).starts_with("kinetrace: --flight-after: `soon` is not a duration"),
+        "{}",
+        text(&o.stderr)
+    );
+    let stop = w.tmp.path().join("stop");
+    let r = Watched::spawn(
+        w.kinetrace(&[])
+            .env("KINETRACE_FLIGHT_SLOW_STEP", "off")
+            .args(["record", "--flight", "5steps", "--flight-after", "1s"])
+            .args(["--no-summary", "-o", "traces", "--"])
+            .arg(&built().train)
+            .args(["100000", "--cuda", "--sleep-ms", "5", "--progress"])
+            .arg("--stop-file")
+            .arg(&stop),
+    )
+    .wait_for_stdout("fake_train: step 20\n", RUN);
+    let o = output(&mut w.kinetrace(&["trigger", "--dump"]), RUN);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let (r, t) = wait_traces(&w, 1, r);
+    std::fs::write(&stop, "").unwrap();
+    let o = r.finish(RUN);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let (head, steps, _) = flight_dump(&t[0]);
+    let ns = |k: &str| -> u64 { head[k].as_str().unwrap().parse().unwrap() };
+    assert_eq!(ns("flight_after_ns"), 1_000_000_000, "{head}");
+    assert_eq!(ns("flight_end_ns"), ns("flight_trigger_ns") + 1_000_000_000);
+    assert!(head.get("flight_after_cut_by").is_none(), "{head}");
+    assert!(steps[0] >= 16, "{steps:?}");
+    assert!(steps.windows(2).all(|p| p[1] == p[0] + 1), "{steps:?}");
+    // Steps that began well after the request are in it, up to the end of the period.
+    let base = head["baseTimeNanoseconds"].as_u64().unwrap();
+    let step_starts: Vec<u64> = head["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("ProfilerStep#"))
+        })
+        .map(|e| base + (e["ts"].as_f64().unwrap() * 1000.0) as u64)
+        .collect();
+    let late = ns("flight_trigger_ns") + 500_000_000;
+    assert!(step_starts.iter().any(|&s| s > late), "{steps:?}");
+    assert!(
+        step_starts.iter().all(|&s| s <= ns("flight_end_ns") + 1000),
+        "{steps:?}"
+    );
+    assert_eq!(
+        head["kinetrace_partial_step"],
+        steps.last().unwrap().to_string().as_str()
     );
 }
 

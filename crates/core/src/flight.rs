@@ -26,6 +26,10 @@ use crate::clock::{Ticks, UnixNanos};
 /// Default bound on the records a flight recorder keeps: 256 MiB per process.
 pub const DEFAULT_FLIGHT_MEMORY: usize = 256 << 20;
 
+/// Default after-period: a dump of a slow step, a hang, a request or a signal also holds the 2 s
+/// that follow its trigger (see [`FlightConfig::after`]).
+pub const DEFAULT_FLIGHT_AFTER: Duration = Duration::from_secs(2);
+
 /// Records per chunk of a [`FlightBuffer`] (a chunk is the unit of eviction).
 pub const CHUNK_RECORDS: usize = 4096;
 
@@ -104,8 +108,13 @@ pub struct FlightConfig {
     pub memory_cap: usize,
     /// Dump on a slow step (`None`: off).
     pub slow_step: Option<SlowStepRule>,
-    /// Dump when no step came for this long while a collective or a sync is open (`None`: off).
+    /// Dump when no step came for this long while a collective or a sync has been open that
+    /// long (`None`: off).
     pub hang_after: Option<Duration>,
+    /// How long after its trigger a dump goes on recording before it is written (zero: written
+    /// at once; [`DEFAULT_FLIGHT_AFTER`]). The process ending (an exit signal, an exception)
+    /// never waits: it writes at once, and a dump waiting out its after-period is written then.
+    pub after: Duration,
 }
 
 impl FlightConfig {
@@ -116,6 +125,7 @@ impl FlightConfig {
             memory_cap: DEFAULT_FLIGHT_MEMORY,
             slow_step: Some(SlowStepRule::default()),
             hang_after: None,
+            after: DEFAULT_FLIGHT_AFTER,
         }
     }
 }
@@ -162,6 +172,8 @@ pub enum FlightTrigger {
         type_name: String,
         /// Its message (shortened).
         message: String,
+        /// The thread it left, when not the main one (Python's `threading.excepthook`).
+        thread: Option<String>,
     },
 }
 
@@ -210,10 +222,26 @@ impl FlightTrigger {
                 *open_ns as f64 / 1e9
             ),
             FlightTrigger::Exit(s) => format!("the process is ending on {s}"),
-            FlightTrigger::Exception { type_name, message } => {
-                format!("{type_name} left the training loop: {message}")
-            }
+            FlightTrigger::Exception {
+                type_name,
+                message,
+                thread: None,
+            } => format!("{type_name} left the training loop: {message}"),
+            FlightTrigger::Exception {
+                type_name,
+                message,
+                thread: Some(t),
+            } => format!("{type_name} left thread {t}: {message}"),
         }
+    }
+
+    /// Whether it ends the process (an exit signal, an exception): such a dump is the last
+    /// chance, so it never joins another and never waits for an after-period.
+    pub fn is_ending(&self) -> bool {
+        matches!(
+            self,
+            FlightTrigger::Exit(_) | FlightTrigger::Exception { .. }
+        )
     }
 
     /// The trigger's own head keys (beside `flight_trigger` and `flight_reason`).
@@ -246,8 +274,14 @@ impl FlightTrigger {
                 kv("flight_hang_stalled_ns", stalled_ns.to_string()),
                 kv("flight_hang_step", step.to_string()),
             ],
-            FlightTrigger::Exception { type_name, .. } => {
-                vec![kv("flight_exception", type_name.clone())]
+            FlightTrigger::Exception {
+                type_name, thread, ..
+            } => {
+                let mut m = vec![kv("flight_exception", type_name.clone())];
+                if let Some(t) = thread {
+                    m.push(kv("flight_exception_thread", t.clone()));
+                }
+                m
             }
             FlightTrigger::Exit(s) | FlightTrigger::Signal(s) => {
                 vec![kv("flight_signal", s.clone())]

@@ -28,7 +28,8 @@ Exports:
   (`python/kinetrace/_ops_ext.cpp`) calls from its RecordFunction callbacks, once per op in a window;
   `kinetrace_op_args()` and `kinetrace_op_args_generation()`: how it gets the id of an op's args
   text (once per distinct text).
-- `kinetrace_flight_exception()`: an exception left the Python training loop (flight recorder).
+- `kinetrace_flight_exception()`, `kinetrace_flight_thread_exception()`: an exception left the
+  Python training loop, or a thread running it (flight recorder).
 - `kinetrace_set_distributed_info()`: what the Python side says of `torch.distributed`, written as
   the traces' `distributedInfo`.
 - `rocprofiler_configure`: rocprofiler-sdk's tool entry point; when HIP initialises the SDK finds it
@@ -57,10 +58,10 @@ pub use api::{
 };
 pub use nvtx::InitializeInjectionNvtx2;
 pub use shim::{
-    cuptiActivityRegisterCallbacks, kinetrace_flight_exception, kinetrace_is_active, kinetrace_log,
-    kinetrace_range_pop, kinetrace_range_push, kinetrace_save_at_exit,
-    kinetrace_set_distributed_info, kinetrace_step, kinetrace_torch_state, rocprofiler_configure,
-    InitializeInjection,
+    cuptiActivityRegisterCallbacks, kinetrace_flight_exception, kinetrace_flight_thread_exception,
+    kinetrace_is_active, kinetrace_log, kinetrace_range_pop, kinetrace_range_push,
+    kinetrace_save_at_exit, kinetrace_set_distributed_info, kinetrace_step, kinetrace_torch_state,
+    rocprofiler_configure, InitializeInjection,
 };
 pub use torch_ops::{
     kinetrace_memory, kinetrace_op_args, kinetrace_op_args_generation, kinetrace_op_begin,

@@ -280,7 +280,31 @@ pub unsafe extern "C" fn kinetrace_flight_exception(
         }
     };
     let (t, m) = (text(type_name), text(message));
-    catch_unwind(|| c_int::from(agent::flight_exception(&t, &m))).unwrap_or(0)
+    catch_unwind(|| c_int::from(agent::flight_exception(&t, &m, None))).unwrap_or(0)
+}
+
+/// [`kinetrace_flight_exception`] for an exception that left a thread other than the main one
+/// (the `sitecustomize`'s `threading.excepthook`): the dump's head also names the thread
+/// (`flight_exception_thread`).
+///
+/// # Safety
+/// `type_name`, `message` and `thread` are null or NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn kinetrace_flight_thread_exception(
+    type_name: *const c_char,
+    message: *const c_char,
+    thread: *const c_char,
+) -> c_int {
+    let text = |p: *const c_char| {
+        if p.is_null() {
+            std::borrow::Cow::Borrowed("")
+        } else {
+            // SAFETY: per the contract, a NUL-terminated string.
+            String::from_utf8_lossy(unsafe { CStr::from_ptr(p) }.to_bytes())
+        }
+    };
+    let (t, m, th) = (text(type_name), text(message), text(thread));
+    catch_unwind(|| c_int::from(agent::flight_exception(&t, &m, Some(&th)))).unwrap_or(0)
 }
 
 /// Opens a named range on this thread (an `nn.Module` forward, from the Python side): a

@@ -515,14 +515,33 @@ pub static KEYS: &[Key] = &[
         form: "off, or a duration such as 5m or 30s",
         default: "off",
         doc: "The hang trigger: no step for this long while a collective (`c10d::`, NCCL, Gloo, \
-              `record_param_comms`) or a synchronize call is open on some thread writes a dump \
-              naming it (once per stall; on a multi-rank job, every rank that sees it).",
+              `record_param_comms`) or a synchronize call has been open this long on some thread \
+              writes a dump naming it (once per stall; on a multi-rank job, every rank that sees it).",
         apply: |l, v| {
             if v == "off" {
                 l.flight_hang = Some(None);
                 return Ok(());
             }
             duration(v, false).map(|d| l.flight_hang = Some(Some(d)))
+        },
+    },
+    Key {
+        env: Some("KINETRACE_FLIGHT_AFTER"),
+        kineto: None,
+        form: "0 or off, or an integer with a unit ms, s or m, such as 2s",
+        default: "2s",
+        doc: "How long a flight dump goes on recording after its trigger before it is written \
+              (a slow step, a hang, a request, SIGUSR2): the steps that follow and the device \
+              work still running. The process ending (an exit signal, an exception) never waits: \
+              it writes at once, and so does a dump still waiting then. 0: every dump at once.",
+        apply: |l, v| {
+            let d = if v == "0" || v == "off" {
+                Duration::ZERO
+            } else {
+                duration(v, true)?
+            };
+            l.flight_after = Some(d);
+            Ok(())
         },
     },
 ];

@@ -352,6 +352,7 @@ impl Config {
             f.slow_window = layer.flight_slow_window.unwrap_or(f.slow_window);
             f.slow_interval = layer.flight_slow_interval.unwrap_or(f.slow_interval);
             f.hang = layer.flight_hang.unwrap_or(f.hang);
+            f.after = layer.flight_after.unwrap_or(f.after);
         }
         if c.flight.span.is_some() && c.window != Window::OnDemand {
             return Err(ConfigError {

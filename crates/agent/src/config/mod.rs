@@ -153,6 +153,8 @@ pub struct FlightSettings {
     pub slow_interval: Duration,
     /// The hang trigger's stall time (`None`: off).
     pub hang: Option<Duration>,
+    /// How long a dump goes on recording after its trigger (zero: written at once).
+    pub after: Duration,
 }
 
 impl Default for FlightSettings {
@@ -165,6 +167,7 @@ impl Default for FlightSettings {
             slow_window: 20,
             slow_interval: Duration::from_secs(60),
             hang: None,
+            after: kinetrace::DEFAULT_FLIGHT_AFTER,
         }
     }
 }
@@ -182,6 +185,7 @@ impl FlightSettings {
                 min_interval: self.slow_interval,
             }),
             hang_after: self.hang,
+            after: self.after,
         })
     }
 }
@@ -400,6 +404,7 @@ struct Layer {
     flight_slow_window: Option<u32>,
     flight_slow_interval: Option<Duration>,
     flight_hang: Option<Option<Duration>>,
+    flight_after: Option<Duration>,
     /// Which key set each field, for conflict messages.
     names: Vec<(&'static str, &'static str)>,
 }

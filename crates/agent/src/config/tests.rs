@@ -153,6 +153,8 @@ fn every_malformed_value_names_the_key_and_the_accepted_form() {
         ("KINETRACE_FLIGHT_SLOW_WINDOW", "1"),
         ("KINETRACE_FLIGHT_SLOW_INTERVAL", "60"),
         ("KINETRACE_FLIGHT_HANG", "0s"),
+        ("KINETRACE_FLIGHT_AFTER", "2"),
+        ("KINETRACE_FLIGHT_AFTER", "soon"),
         ("KINETRACE_CUPTI_PATH", ""),
         ("KINETRACE_ROCPROFILER_SDK_PATH", ""),
         ("KINETRACE_ROCTRACER_PATH", ""),
@@ -478,6 +480,7 @@ fn flight_recorder_keys() {
         ("KINETRACE_FLIGHT_SLOW_WINDOW", "50"),
         ("KINETRACE_FLIGHT_SLOW_INTERVAL", "10s"),
         ("KINETRACE_FLIGHT_HANG", "5m"),
+        ("KINETRACE_FLIGHT_AFTER", "500ms"),
     ])
     .unwrap();
     let f = c.flight.config().unwrap();
@@ -488,7 +491,18 @@ fn flight_recorder_keys() {
     assert_eq!((rule.factor, rule.window), (2.5, 50));
     assert_eq!(rule.min_interval, Duration::from_secs(10));
     assert_eq!(f.hang_after, Some(Duration::from_secs(300)));
-    // Defaults: off; when on, 256 MiB, 3x over 20 steps at most once a minute, no hang check.
+    assert_eq!(f.after, Duration::from_millis(500));
+    // The after-period is off with 0, off or 0s.
+    for off in ["0", "off", "0s"] {
+        let c = env(&[
+            ("KINETRACE_FLIGHT_RECORDER", "60s"),
+            ("KINETRACE_FLIGHT_AFTER", off),
+        ])
+        .unwrap();
+        assert_eq!(c.flight.config().unwrap().after, Duration::ZERO, "{off}");
+    }
+    // Defaults: off; when on, 256 MiB, 3x over 20 steps at most once a minute, no hang check,
+    // a 2 s after-period.
     assert_eq!(env(&[]).unwrap().flight.config(), None);
     let f = env(&[("KINETRACE_FLIGHT_RECORDER", "60s")])
         .unwrap()
@@ -498,6 +512,7 @@ fn flight_recorder_keys() {
     assert_eq!(f.memory_cap, 256 << 20);
     assert_eq!(f.slow_step, Some(kinetrace::SlowStepRule::default()));
     assert_eq!(f.hang_after, None);
+    assert_eq!(f.after, Duration::from_secs(2));
     let off = env(&[
         ("KINETRACE_FLIGHT_RECORDER", "60s"),
         ("KINETRACE_FLIGHT_SLOW_STEP", "off"),

@@ -206,6 +206,8 @@ pub(super) struct Collector {
     hang_reported: Option<u64>,
     /// [`recorder::lost_records`] at the last dump.
     flight_lost: u64,
+    /// A dump waiting out its after-period.
+    flight_pending: Option<flight_dump::FlightJob>,
 }
 
 /// What the control side says of a flight recorder at the start of a round: the start of the
@@ -254,6 +256,7 @@ impl Collector {
             dumps: 0,
             hang_reported: None,
             flight_lost: recorder::lost_records(),
+            flight_pending: None,
         }
     }
 
@@ -305,6 +308,15 @@ impl Collector {
         let cmds: Vec<Command> = cmds.into_iter().collect();
         let mut cmds = cmds.into_iter();
         while let Some(cmd) = cmds.next() {
+            if self.flight_pending.is_some()
+                && matches!(cmd, Command::Stop { .. } | Command::Shutdown)
+            {
+                // The recording ends before a dump's after-period has: written now, with what
+                // it has.
+                let stop = flight_dump::stop_partial(&cmd)
+                    .or_else(|| cmds.as_slice().iter().find_map(flight_dump::stop_partial));
+                self.flight_write_pending(Some("close"), stop, shared);
+            }
             self.apply(cmd, cmds.as_slice(), shared);
         }
         // Records that start after the batch was taken may belong to a window whose commands are
@@ -386,13 +398,19 @@ impl Collector {
                 merged,
                 span_start,
                 at,
+                after,
                 sinks,
             } => {
-                let from = self.flight_span_start(span_start, at);
-                self.flight_dump(&trigger, merged, from, sinks, rest, shared);
-                if let Some(f) = lock(&shared.control).flight.as_mut() {
-                    f.dump_queued = false;
-                }
+                let job = flight_dump::FlightJob {
+                    trigger,
+                    merged,
+                    wanted: self.flight_span_start(span_start, at),
+                    fired: self.clock.to_unix(at),
+                    after,
+                    sinks,
+                };
+                let stop = rest.iter().find_map(flight_dump::stop_partial);
+                self.flight_begin(job, stop, shared);
             }
             Command::Shutdown => {
                 self.route_pending(shared);

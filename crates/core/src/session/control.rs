@@ -63,6 +63,8 @@ pub(super) enum Command {
         /// until the collector wrote it (a busy collector must not let the slow step slide out).
         span_start: Option<Ticks>,
         at: Ticks,
+        /// How long the dump goes on recording after `at` before it is written (zero: at once).
+        after: std::time::Duration,
         /// Where it goes, instead of the session's own sinks (a requester's file).
         sinks: Option<Box<dyn SinkFactory>>,
     },
@@ -77,6 +79,8 @@ pub(super) struct FlightControl {
     pub dump_queued: bool,
     /// Triggers that came while a dump was queued (said in the next dump's head).
     pub merged: u64,
+    /// The after-period of the dumps that wait for one ([`crate::flight::FlightConfig::after`]).
+    pub after: std::time::Duration,
 }
 
 /// When a command happened.
@@ -183,6 +187,7 @@ impl Control {
                 clock: crate::flight::StepClock::new(f),
                 dump_queued: false,
                 merged: 0,
+                after: f.after,
             }),
         }
     }
@@ -203,10 +208,7 @@ impl Control {
         };
         // The process ending (a signal, an exception) is the last chance for a dump: it never
         // joins one queued before, which may hold none of what led to the end.
-        let ending = matches!(
-            trigger,
-            crate::flight::FlightTrigger::Exit(_) | crate::flight::FlightTrigger::Exception { .. }
-        );
+        let ending = trigger.is_ending();
         if f.dump_queued && !ending {
             f.merged += 1;
             return Err(super::FlightRefused::Busy);
@@ -214,11 +216,19 @@ impl Control {
         f.dump_queued = true;
         let merged = std::mem::take(&mut f.merged);
         let span_start = f.clock.span_start();
+        // The process ending writes at once; so does a dump into a requester's own file (a
+        // dynolog request asked for what already happened, and is answered as before).
+        let after = if ending || sinks.is_some() {
+            std::time::Duration::ZERO
+        } else {
+            f.after
+        };
         self.push(Command::Dump {
             trigger,
             merged,
             span_start,
             at: Ticks::now(),
+            after,
             sinks,
         });
         Ok(())

@@ -4,9 +4,10 @@
 use super::tests::TURN;
 use super::*;
 use crate::activity::{Activity, Detail};
+use crate::clock::UnixNanos;
 use crate::flight::{FlightSpan, SlowStepRule};
 use crate::recorder::CpuRecord;
-use crate::source::{Sink, TraceMeta};
+use crate::source::{Sink, SinkFactory, TraceMeta};
 
 /// One dump: the step annotations and op names it holds, and its head.
 #[derive(Clone, Debug, Default)]
@@ -78,26 +79,40 @@ impl Sink for DumpSink {
     }
 }
 
-fn start(flight: FlightConfig, out: &Dumps) -> Session {
+/// Starts a session made by `make`, waiting its turn while another test's is still ending (the
+/// recorder is process-wide).
+fn start_session(make: impl Fn() -> (SessionConfig, Box<dyn SinkFactory>)) -> Session {
     loop {
-        let out2 = out.clone();
-        let sinks = Box::new(move |_cycle: u32| -> std::io::Result<Box<dyn Sink>> {
-            Ok(Box::new(DumpSink {
-                dump: Dump::default(),
-                out: out2.clone(),
-                starts: Vec::new(),
-            }))
-        });
-        let config = SessionConfig {
-            log: Arc::new(|_| {}),
-            flight: Some(flight),
-            ..SessionConfig::default()
-        };
+        let (config, sinks) = make();
         match Session::start(config, Vec::new(), sinks, None) {
             Ok(s) => return s,
             Err(SessionError::AlreadyRunning) => std::thread::sleep(Duration::from_millis(5)),
         }
     }
+}
+
+/// A sink that keeps the dump it is given in `out`.
+fn dump_sink(out: &Dumps) -> Box<dyn Sink> {
+    Box::new(DumpSink {
+        dump: Dump::default(),
+        out: out.clone(),
+        starts: Vec::new(),
+    })
+}
+
+/// A flight recorder whose dumps go to `out`, its log nowhere.
+fn start(flight: FlightConfig, out: &Dumps) -> Session {
+    start_session(|| {
+        let out = out.clone();
+        let config = SessionConfig {
+            log: Arc::new(|_| {}),
+            flight: Some(flight),
+            ..SessionConfig::default()
+        };
+        let sinks: Box<dyn SinkFactory> =
+            Box::new(move |_cycle: u32| -> std::io::Result<Box<dyn Sink>> { Ok(dump_sink(&out)) });
+        (config, sinks)
+    })
 }
 
 /// One op span named `op{step}` inside the current step.
@@ -123,11 +138,21 @@ fn wait_dumps(out: &Dumps, n: usize) -> Vec<Dump> {
     }
 }
 
+/// No automatic trigger and no after-period: a dump is written when asked, at once.
 fn no_auto(span: FlightSpan) -> FlightConfig {
     FlightConfig {
         slow_step: None,
+        after: Duration::ZERO,
         ..FlightConfig::new(span)
     }
+}
+
+/// A head key as a number.
+fn num(d: &Dump, key: &str) -> u64 {
+    d.get(key)
+        .unwrap_or_else(|| panic!("no {key}: {:?}", d.meta))
+        .parse()
+        .unwrap()
 }
 
 #[test]
@@ -276,6 +301,40 @@ fn without_a_collective_open_a_long_step_is_no_hang() {
     drop(session);
 }
 
+/// A rank that was late for other reasons (no step for longer than the hang time, no collective
+/// open) and then enters a collective that goes through at once is no hang: the collective
+/// itself must have been open that long.
+#[test]
+fn a_late_rank_entering_a_collective_is_no_hang() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Dumps::default();
+    let mut config = no_auto(FlightSpan::Time(Duration::from_secs(60)));
+    config.hang_after = Some(Duration::from_millis(300));
+    let session = start(config, &out);
+    session.step();
+    op(1);
+    std::thread::sleep(Duration::from_millis(600));
+    // The all-reduce is open for a few collector rounds, then completes.
+    let id = crate::recorder::next_span_id();
+    crate::recorder::push(CpuRecord::Begin {
+        name: crate::intern::intern("c10d::allreduce_"),
+        annotation: false,
+        python: false,
+        start: crate::clock::Ticks::now(),
+        id,
+        args: crate::activity::OpArgs::NONE,
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    crate::recorder::push(CpuRecord::End {
+        end: crate::clock::Ticks::now(),
+        id,
+    });
+    session.step();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(out.lock().unwrap().is_empty(), "{:?}", out.lock().unwrap());
+    drop(session);
+}
+
 #[test]
 fn the_cap_binds_and_the_dump_says_what_it_covers() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
@@ -347,20 +406,17 @@ fn a_second_trigger_while_a_dump_is_queued_joins_it() {
 #[test]
 fn a_session_that_is_no_flight_recorder_refuses_dumps() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-    let session = loop {
+    let session = start_session(|| {
         let config = SessionConfig {
             log: Arc::new(|_| {}),
             trigger: Trigger::OnDemand,
             ..SessionConfig::default()
         };
-        let sinks = Box::new(|_c: u32| -> std::io::Result<Box<dyn Sink>> {
+        let sinks: Box<dyn SinkFactory> = Box::new(|_c: u32| -> std::io::Result<Box<dyn Sink>> {
             Err(std::io::Error::other("unused"))
         });
-        match Session::start(config, Vec::new(), sinks, None) {
-            Ok(s) => break s,
-            Err(_) => std::thread::sleep(Duration::from_millis(5)),
-        }
-    };
+        (config, sinks)
+    });
     let e = session
         .flight_dump(FlightTrigger::Request("x".into()))
         .unwrap_err();
@@ -385,28 +441,22 @@ fn a_disk_full_during_a_dump_loses_that_dump_only() {
     let out = Dumps::default();
     let lines = Arc::new(Mutex::new(Vec::<String>::new()));
     let full = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let session = loop {
-        let (out2, full2, lines2) = (out.clone(), full.clone(), lines.clone());
-        let sinks = Box::new(move |_c: u32| -> std::io::Result<Box<dyn Sink>> {
-            if full2.load(std::sync::atomic::Ordering::SeqCst) {
-                return Ok(Box::new(FullDisk));
-            }
-            Ok(Box::new(DumpSink {
-                dump: Dump::default(),
-                out: out2.clone(),
-                starts: Vec::new(),
-            }))
-        });
+    let session = start_session(|| {
+        let (out, full, lines) = (out.clone(), full.clone(), lines.clone());
+        let sinks: Box<dyn SinkFactory> =
+            Box::new(move |_c: u32| -> std::io::Result<Box<dyn Sink>> {
+                if full.load(std::sync::atomic::Ordering::SeqCst) {
+                    return Ok(Box::new(FullDisk));
+                }
+                Ok(dump_sink(&out))
+            });
         let config = SessionConfig {
-            log: Arc::new(move |m: &str| lines2.lock().unwrap().push(m.to_string())),
+            log: Arc::new(move |m: &str| lines.lock().unwrap().push(m.to_string())),
             flight: Some(no_auto(FlightSpan::Steps(3))),
             ..SessionConfig::default()
         };
-        match Session::start(config, Vec::new(), sinks, None) {
-            Ok(s) => break s,
-            Err(_) => std::thread::sleep(Duration::from_millis(5)),
-        }
-    };
+        (config, sinks)
+    });
     for s in 0..5 {
         op(s);
         session.step();
@@ -462,6 +512,7 @@ fn the_process_ending_never_joins_a_queued_dump() {
         .flight_dump(FlightTrigger::Exception {
             type_name: "RuntimeError".into(),
             message: "boom".into(),
+            thread: None,
         })
         .unwrap();
     drop(held);
@@ -469,4 +520,164 @@ fn the_process_ending_never_joins_a_queued_dump() {
     let kinds: Vec<_> = d.iter().map(|d| d.get("flight_trigger").unwrap()).collect();
     assert_eq!(kinds, ["request", "exit", "exception"]);
     drop(session);
+}
+
+/// An after-period: the dump goes on recording after its trigger and ends exactly where the
+/// period does. What was recorded before that end is in it (steps included, the one running past
+/// the end partial), what came after is not; the training thread never waited.
+#[test]
+fn a_dump_holds_what_follows_its_trigger_for_the_after_period() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Dumps::default();
+    let after = Duration::from_millis(600);
+    let mut config = no_auto(FlightSpan::Time(Duration::from_secs(60)));
+    config.after = after;
+    let session = start(config, &out);
+    for s in 0..5 {
+        op(s);
+        session.step();
+    }
+    let asked = Instant::now();
+    session
+        .flight_dump(FlightTrigger::Request("test".into()))
+        .unwrap();
+    assert!(
+        asked.elapsed() < Duration::from_millis(100),
+        "the trigger waited"
+    );
+    // Ops (and steps) from the trigger to well past the period, each with the times around it.
+    let mut spans = Vec::new();
+    let mut s = 100;
+    while asked.elapsed() < after * 2 {
+        let before = UnixNanos::now().0;
+        op(s);
+        spans.push((s, before, UnixNanos::now().0));
+        session.step();
+        s += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let d = wait_dumps(&out, 1).remove(0);
+    let fired = num(&d, "flight_trigger_ns");
+    let end = num(&d, "flight_end_ns");
+    assert_eq!(num(&d, "flight_after_ns"), after.as_nanos() as u64);
+    assert_eq!(end, fired + after.as_nanos() as u64, "{:?}", d.meta);
+    assert_eq!(d.end, end);
+    assert_eq!(d.get("flight_after_cut_by"), None);
+    let name = |s: u64| format!("op{s}");
+    let (mut inside, mut outside) = (0, 0);
+    for (s, before, after_op) in spans {
+        if after_op < end {
+            inside += 1;
+            assert!(
+                d.ops.contains(&name(s)),
+                "op{s} before the end is missing: {d:?}"
+            );
+        } else if before > end {
+            outside += 1;
+            assert!(
+                !d.ops.contains(&name(s)),
+                "op{s} after the end is in: {d:?}"
+            );
+        }
+    }
+    assert!(
+        inside >= 2 && outside >= 2,
+        "{inside} ops inside, {outside} after"
+    );
+    // The ops before the trigger, and the steps of the period, the last one partial.
+    assert!(d.ops.contains(&name(4)), "{d:?}");
+    let last = *d.steps.last().unwrap();
+    assert!(last > 5, "{d:?}");
+    assert_eq!(
+        d.get("kinetrace_partial_step"),
+        Some(last.to_string().as_str())
+    );
+    drop(session);
+}
+
+/// The process ending during an after-period: the waiting dump is written at once, cut short
+/// (holding what the period recorded so far), then the ending's own.
+#[test]
+fn an_exception_during_an_after_period_writes_both_dumps_at_once() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Dumps::default();
+    let mut config = no_auto(FlightSpan::Steps(3));
+    // Far longer than the wait below: a dump that waited it out fails the test.
+    config.after = Duration::from_secs(600);
+    let session = start(config, &out);
+    for s in 0..5 {
+        op(s);
+        session.step();
+    }
+    session
+        .flight_dump(FlightTrigger::Request("first".into()))
+        .unwrap();
+    op(50);
+    // Joins the waiting dump, as during any dump.
+    assert_eq!(
+        session.flight_dump(FlightTrigger::Signal("SIGUSR2".into())),
+        Err(FlightRefused::Busy)
+    );
+    session
+        .flight_dump(FlightTrigger::Exception {
+            type_name: "RuntimeError".into(),
+            message: "boom".into(),
+            thread: None,
+        })
+        .unwrap();
+    let d = wait_dumps(&out, 2);
+    let kinds: Vec<_> = d.iter().map(|d| d.get("flight_trigger").unwrap()).collect();
+    assert_eq!(kinds, ["request", "exception"]);
+    assert_eq!(d[0].get("flight_after_cut_by"), Some("exception"));
+    assert_eq!(num(&d[0], "flight_after_ns"), 600_000_000_000);
+    assert!(d[0].ops.contains(&"op50".to_string()), "{:?}", d[0]);
+    assert_eq!(d[0].steps, vec![2, 3, 4, 5], "{:?}", d[0]);
+    // The ending's own dump never waits.
+    assert_eq!(num(&d[1], "flight_after_ns"), 0);
+    assert!(d[1].ops.contains(&"op50".to_string()), "{:?}", d[1]);
+    drop(session);
+}
+
+/// The session closing (a normal exit) during an after-period writes the waiting dump at once.
+#[test]
+fn closing_during_an_after_period_writes_the_waiting_dump() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Dumps::default();
+    let mut config = no_auto(FlightSpan::Steps(3));
+    config.after = Duration::from_secs(600);
+    let session = start(config, &out);
+    for s in 0..5 {
+        op(s);
+        session.step();
+    }
+    session
+        .flight_dump(FlightTrigger::Request("first".into()))
+        .unwrap();
+    // Steps 5..=10, each of more ops than a chunk holds: the 3-step span moves on by whole
+    // chunks meanwhile, but the waiting dump keeps the span as it stood at its trigger.
+    for s in 5..11 {
+        for _ in 0..crate::flight::CHUNK_RECORDS {
+            op(s);
+        }
+        std::thread::sleep(Duration::from_millis(30));
+        session.step();
+    }
+    op(60);
+    let closed = Instant::now();
+    let outputs = session.stop();
+    assert!(closed.elapsed() < Duration::from_secs(60));
+    assert_eq!(outputs.len(), 1);
+    let d = out.lock().unwrap().clone();
+    assert_eq!(d.len(), 1, "{d:?}");
+    let d = &d[0];
+    assert_eq!(d.get("flight_after_cut_by"), Some("close"));
+    assert!(d.ops.contains(&"op60".to_string()));
+    // From the trigger's span (steps 2..4) to the step the close cut short, partial.
+    assert_eq!(d.steps, (2..=11).collect::<Vec<_>>(), "{:?}", d.meta);
+    assert_eq!(d.get("kinetrace_partial_step"), Some("11"));
+    assert!(d.ops.contains(&"op2".to_string()));
+    assert_eq!(
+        d.ops.iter().filter(|o| *o == "op7").count(),
+        crate::flight::CHUNK_RECORDS
+    );
 }

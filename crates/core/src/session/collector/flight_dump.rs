@@ -2,14 +2,51 @@
 //! hang check, and writing a dump (a normal trace of the kept span, through the session's sinks).
 
 use std::collections::HashSet;
+use std::time::Duration;
 
-use super::{lock, trace_id, Collector, FlightNow, Shared};
+use super::{lock, trace_id, Collector, Command, FlightNow, Shared};
 use crate::activity::Detail;
 use crate::clock::UnixNanos;
 use crate::flight::{is_collective_or_sync, FlightSpan, FlightTrigger};
 use crate::intern::NameTable;
 use crate::recorder::{self, CpuRecord};
-use crate::source::{TraceMeta, WindowInfo};
+use crate::source::{SinkFactory, TraceMeta, WindowInfo};
+
+/// A dump whose trigger has fired: written at once, or once its after-period has passed (the
+/// collector goes on recording meanwhile), or at once when the recording ends first.
+pub(super) struct FlightJob {
+    pub trigger: FlightTrigger,
+    /// Triggers folded into it.
+    pub merged: u64,
+    /// Where the span started when the trigger fired.
+    pub wanted: UnixNanos,
+    /// When the trigger fired.
+    pub fired: UnixNanos,
+    /// How long after `fired` the dump goes on recording.
+    pub after: Duration,
+    /// A requester's own sinks, instead of the session's.
+    pub sinks: Option<Box<dyn SinkFactory>>,
+}
+
+impl FlightJob {
+    /// When its after-period ends.
+    fn until(&self) -> UnixNanos {
+        after_end(self.fired, self.after)
+    }
+}
+
+fn after_end(fired: UnixNanos, after: Duration) -> UnixNanos {
+    let after = u64::try_from(after.as_nanos()).unwrap_or(u64::MAX);
+    UnixNanos(fired.0.saturating_add(after))
+}
+
+/// The partial step of a `Stop` command (the recording ending cuts the step in progress).
+pub(super) fn stop_partial(c: &Command) -> Option<u64> {
+    match c {
+        Command::Stop { partial_step, .. } => *partial_step,
+        _ => None,
+    }
+}
 
 impl Collector {
     /// Where the span starts as of `at`: `at` minus a time span, or the start of the oldest step
@@ -30,12 +67,24 @@ impl Collector {
         }
     }
 
-    /// Once a round: drops the chunks older than the span, and dumps on a hang (no step for the
-    /// configured time while a collective or a sync is open on some thread), once per stall.
+    /// Once a round: drops the chunks older than the span, writes a dump whose after-period has
+    /// passed, and dumps on a hang (no step for the configured time while a collective or a sync
+    /// has been open that long on some thread), once per stall.
     pub(super) fn flight_maintain(&mut self, now: &FlightNow, shared: &Shared) {
-        let cutoff = self.flight_span_start(now.span_start, crate::clock::Ticks::now());
+        let mut cutoff = self.flight_span_start(now.span_start, crate::clock::Ticks::now());
+        if let Some(p) = &self.flight_pending {
+            // A dump waiting out its after-period keeps the span as it stood at its trigger.
+            cutoff = cutoff.min(p.wanted);
+        }
         if let Some(b) = self.flight_buffer.as_mut() {
             b.evict_before(cutoff);
+        }
+        if self
+            .flight_pending
+            .as_ref()
+            .is_some_and(|p| UnixNanos::now() >= p.until())
+        {
+            self.flight_write_pending(None, None, shared);
         }
         let Some(after) = self.flight.and_then(|f| f.hang_after) else {
             return;
@@ -47,6 +96,12 @@ impl Collector {
         let Some((op, tid, open_ns)) = self.open_collective() else {
             return;
         };
+        if u128::from(open_ns) < after.as_nanos() {
+            // Open for less than the stall time: a rank that was late for other reasons (it
+            // stopped before the collective, its peers waiting in it) and whose collective is
+            // now going through is no hang.
+            return;
+        }
         self.hang_reported = Some(now.step);
         let trigger = FlightTrigger::Hang {
             op,
@@ -67,8 +122,56 @@ impl Collector {
                 _ => return,
             }
         };
-        let from = self.flight_span_start(now.span_start, crate::clock::Ticks::now());
-        self.flight_dump(&trigger, merged, from, None, &[], shared);
+        let at = crate::clock::Ticks::now();
+        let job = FlightJob {
+            trigger,
+            merged,
+            wanted: self.flight_span_start(now.span_start, at),
+            fired: self.clock.to_unix(at),
+            after: self.flight.map_or(Duration::ZERO, |f| f.after),
+            sinks: None,
+        };
+        self.flight_begin(job, None, shared);
+    }
+
+    /// A trigger fired: the dump is written now, or, with an after-period, kept pending until it
+    /// has passed (the queued mark stays set meanwhile, so later triggers join it).
+    pub(super) fn flight_begin(
+        &mut self,
+        job: FlightJob,
+        stop_in_rest: Option<u64>,
+        shared: &Shared,
+    ) {
+        if let Some(cut) = self.flight_pending.as_ref().map(|_| job.trigger.kind()) {
+            // Only the process ending comes while one waits: the waiting one is written first,
+            // cut short, so nothing it holds is lost.
+            self.flight_write_pending(Some(cut), stop_in_rest, shared);
+        }
+        if job.after.is_zero() {
+            self.flight_dump(job, None, stop_in_rest, shared);
+            Self::flight_dump_done(shared);
+        } else {
+            self.flight_pending = Some(job);
+        }
+    }
+
+    /// Writes the dump waiting out its after-period: when the period has passed (`cut` `None`),
+    /// or now because the recording ends (`cut` says by what: `close`, `exit`, `exception`).
+    pub(super) fn flight_write_pending(
+        &mut self,
+        cut: Option<&str>,
+        stop_in_rest: Option<u64>,
+        shared: &Shared,
+    ) {
+        let Some(job) = self.flight_pending.take() else {
+            return;
+        };
+        self.flight_dump(job, cut, stop_in_rest, shared);
+        Self::flight_dump_done(shared);
+    }
+
+    /// The dump is written (or failed): the next trigger gets a dump of its own.
+    fn flight_dump_done(shared: &Shared) {
         if let Some(f) = lock(&shared.control).flight.as_mut() {
             f.dump_queued = false;
         }
@@ -92,26 +195,30 @@ impl Collector {
     }
 
     /// Writes a dump of the kept span: what the rings and sources hold now is taken in first.
-    /// `rest`: the commands of this round after the dump (a close queued right after it ends the
-    /// step in progress: its `ProfilerStep` is then in the rings, partial).
-    pub(super) fn flight_dump(
+    /// It ends now, or at the end of its after-period if that has passed and nothing `cut` it
+    /// short. `stop_in_rest`: the partial step of a close queued in this round after the dump
+    /// (it ends the step in progress: its `ProfilerStep` is then in the rings, partial).
+    fn flight_dump(
         &mut self,
-        trigger: &FlightTrigger,
-        merged: u64,
-        wanted: UnixNanos,
-        sinks: Option<Box<dyn crate::source::SinkFactory>>,
-        rest: &[super::Command],
+        job: FlightJob,
+        cut: Option<&str>,
+        stop_in_rest: Option<u64>,
         shared: &Shared,
     ) {
         let Some(config) = self.flight else {
             return;
         };
+        let FlightJob {
+            trigger,
+            merged,
+            wanted,
+            fired,
+            after,
+            sinks,
+        } = job;
+        let trigger = &trigger;
         // The step in progress, read before the rings are drained: if it ends meanwhile, its
         // record is in the rings (and written instead of the partial one below).
-        let stop_of = |c: &super::Command| match c {
-            super::Command::Stop { partial_step, .. } => *partial_step,
-            _ => None,
-        };
         let in_progress = lock(&shared.control)
             .step_span
             .as_ref()
@@ -126,11 +233,14 @@ impl Collector {
         }
         // A close queued by now (the process ending) ended the step in progress: its record, in
         // the rings already, is partial.
-        let closed_partial = rest
-            .iter()
-            .find_map(stop_of)
-            .or_else(|| lock(&shared.control).queue.iter().find_map(stop_of));
-        let end = UnixNanos::now();
+        let closed_partial =
+            stop_in_rest.or_else(|| lock(&shared.control).queue.iter().find_map(stop_partial));
+        // With an after-period that has run its course, the dump ends where the period does;
+        // cut short (or with none), it ends now.
+        let end = match cut {
+            None if !after.is_zero() => after_end(fired, after).min(UnixNanos::now()),
+            _ => UnixNanos::now(),
+        };
         let cycle = self.dumps;
         self.dumps += 1;
         let devices: Vec<_> = lock(&shared.sources)
@@ -173,10 +283,13 @@ impl Collector {
         let mut events = 0u64;
         let mut error = None;
         let mut in_progress_ended = false;
+        // The step that ran past the end of an after-period: written up to it, partial.
+        let mut cut_step = None;
         for a in buffer
             .records()
             .filter(|a| a.start >= from && a.start <= end)
         {
+            let mut a = *a;
             if let Detail::UserAnnotation(s) = &a.detail {
                 in_progress_ended |= in_progress.is_some_and(|(id, ..)| a.external_id == Some(id));
                 let n = names.get(s.name);
@@ -186,12 +299,16 @@ impl Collector {
                 {
                     first_step = Some(first_step.map_or(step, |f| f.min(step)));
                     last_step = Some(last_step.map_or(step, |l| l.max(step)));
+                    if a.end > end {
+                        a.end = end;
+                        cut_step = Some(step);
+                    }
                 }
             }
             if let Some(t) = a.thread() {
                 tids.insert(t);
             }
-            if let Err(e) = sink.record(a) {
+            if let Err(e) = sink.record(&a) {
                 error = Some(e);
                 break;
             }
@@ -200,8 +317,10 @@ impl Collector {
         // The step in progress has no `ProfilerStep` record yet (it is written when the step
         // ends): the dump shows it up to now, marked partial as a capture cut short is.
         // Or the close that follows ended it, writing it (partial) into the rings already.
-        let in_progress = in_progress.filter(|_| !in_progress_ended);
-        let mut partial = closed_partial.filter(|_| in_progress.is_none());
+        // One that began after the end of an after-period is not in the dump at all.
+        let in_progress = in_progress
+            .filter(|&(_, start, ..)| !in_progress_ended && self.clock.to_unix(start) <= end);
+        let mut partial = cut_step.or(closed_partial.filter(|_| in_progress.is_none()));
         if let (None, Some((id, start, step, tid))) = (&error, in_progress) {
             let a = super::span_activity(
                 crate::intern::NameId::step(step),
@@ -244,7 +363,12 @@ impl Collector {
             kv("flight_cap_bound", (complete_from > wanted).to_string()),
             kv("flight_cap_evicted", cap_evicted.to_string()),
             kv("flight_merged_triggers", merged.to_string()),
+            kv("flight_trigger_ns", fired.0.to_string()),
+            kv("flight_after_ns", after.as_nanos().to_string()),
         ];
+        if let Some(cut) = cut {
+            metadata.push(kv("flight_after_cut_by", cut.to_string()));
+        }
         if let (Some(f), Some(l)) = (first_step, last_step) {
             metadata.push(kv("flight_first_step", f.to_string()));
             metadata.push(kv("flight_last_step", l.to_string()));
