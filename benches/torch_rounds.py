@@ -19,7 +19,8 @@ Modes:
   KINETRACE_PRELOAD_PATH, as `scripts/bench-torch-ops.sh` does).
 
 The workload is `torch_ops.py`'s `steps`: the guide's MLP with LayerNorm, AdamW and
-cross-entropy on a 64-row batch. Each profiler is entered and left per round (its export is not
+cross-entropy on a 64-row batch; with `TORCH_ROUNDS_WORKLOAD=alloc`, 1,000 `torch.empty(256)` per
+step instead (two allocator events each: what `profile_memory` costs per event). Each profiler is entered and left per round (its export is not
 timed); the first steps of each round are not counted.
 
     python benches/torch_rounds.py [rounds] [steps per round] [modes,...]
@@ -50,6 +51,14 @@ def step():
     opt.zero_grad()
     torch.nn.functional.cross_entropy(model(x), y).backward()
     opt.step()
+
+
+if os.environ.get("TORCH_ROUNDS_WORKLOAD") == "alloc":
+    # Allocations alone: 1,000 `torch.empty` per "step" (an allocation and a free each, and the
+    # op around them), so what profile_memory adds per allocator event stands out.
+    def step():  # noqa: F811
+        for _ in range(1000):
+            torch.empty(256)
 
 
 def timed(out):
