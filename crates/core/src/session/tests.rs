@@ -1128,10 +1128,13 @@ fn python_frames_get_their_parents_and_allocator_events_their_totals() {
     );
 }
 
-/// Keeps each trace's `ProfilerStep` annotations as (step, pid, tid).
+/// A `ProfilerStep` annotation's (step, pid, tid).
+type StepRow = (u64, u32, u32);
+
+/// Keeps each trace's `ProfilerStep` annotations.
 struct StepRowSink {
-    rows: Vec<(u64, u32, u32)>,
-    out: Arc<Mutex<Vec<Vec<(u64, u32, u32)>>>>,
+    rows: Vec<StepRow>,
+    out: Arc<Mutex<Vec<Vec<StepRow>>>>,
 }
 
 impl Sink for StepRowSink {
@@ -1162,7 +1165,7 @@ impl Sink for StepRowSink {
 #[test]
 fn steps_opened_or_closed_on_other_threads_stay_on_the_stepping_threads_row() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-    let out: Arc<Mutex<Vec<Vec<(u64, u32, u32)>>>> = Arc::default();
+    let out: Arc<Mutex<Vec<Vec<StepRow>>>> = Arc::default();
     let factory = {
         let out = out.clone();
         Box::new(move |_cycle: u32| -> std::io::Result<Box<dyn Sink>> {
