@@ -376,3 +376,32 @@ def test_an_out_of_memory_dump_holds_the_allocators_memory_events(built, tmp_pat
         inside = [e for e in memory if start <= e["ts"] < end]
         assert any(e["args"]["Bytes"] > 0 for e in inside), (step, len(inside))
         assert inside[-1]["args"]["Total Allocated"] > 0, (step, inside[-1])
+
+    # A dump is a normal trace: HolisticTraceAnalysis 0.5.0 loads it, its steps and ops, and
+    # `kinetrace convert` writes a Perfetto trace that Perfetto's schema decodes, a slice for
+    # every complete event and the allocator's bytes as counter tracks.
+    from hta.trace_analysis import TraceAnalysis
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    (path,) = [p for p in _traces(tmp_path / "traces")
+               if json.loads(p.read_text()).get("flight_trigger") == "exception"]
+    alone = tmp_path / "dump"
+    alone.mkdir()
+    (alone / path.name).write_bytes(path.read_bytes())
+    analysis = TraceAnalysis(trace_dir=str(alone), include_last_profiler_step=True)
+    df = analysis.t.get_trace(0)
+    names = analysis.t.symbol_table.get_sym_table()
+    loaded = [names[i] for i in df["name"]]
+    want = sum(1 for e in crash["traceEvents"] if e.get("name") == "aten::addmm")
+    assert want > 0 and loaded.count("aten::addmm") == want, (loaded.count("aten::addmm"), want)
+    assert {f"ProfilerStep#{s}" for s in range(1, 7)} <= set(loaded), sorted(set(loaded))[:20]
+    pf = tmp_path / "dump.pftrace"
+    conv = _run([str(built["kinetrace"]), "convert", str(path), str(pf)], _env(tmp_path), tmp_path)
+    assert conv.returncode == 0, conv.stderr
+    trace = pb.Trace()
+    trace.ParseFromString(pf.read_bytes())
+    begins = sum(1 for p in trace.packet if p.HasField("track_event") and p.track_event.type == 1)
+    counters = sum(1 for p in trace.packet if p.HasField("track_event") and p.track_event.type == 4)
+    slices = sum(1 for e in crash["traceEvents"] if e.get("ph") == "X")
+    assert begins == slices, (begins, slices)
+    assert counters >= len(memory), (counters, len(memory))

@@ -23,6 +23,7 @@ pub mod ring;
 pub mod schedule;
 pub mod session;
 pub mod source;
+pub mod waits;
 
 pub use activity::*;
 pub use clock::UnixNanos;

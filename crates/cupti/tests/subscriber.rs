@@ -261,6 +261,47 @@ fn an_unpopped_external_id_does_not_outlive_its_window() {
     );
 }
 
+/// A thread blocked in a CUDA synchronize call is seen as waiting from its enter callback to its
+/// exit (what the flight recorder's hang check reads: no op or API record names the call while it
+/// runs), and only while a window's callbacks are subscribed.
+#[test]
+fn a_synchronize_call_in_progress_is_an_open_wait() {
+    in_child(
+        "a_synchronize_call_in_progress_is_an_open_wait",
+        &[],
+        || {
+            let dir = tempfile::tempdir().unwrap();
+            let lib = fake_as(dir.path(), "libcupti.so.12");
+            let fake = Fake::open(&lib);
+            let log = Log::default();
+            let tid = kinetrace_core::recorder::current_tid().max(1);
+            let mine = || {
+                kinetrace_core::waits::open()
+                    .filter(|&(t, _, _)| t == tid)
+                    .map(|(_, name, _)| kinetrace_core::intern::resolve(name).to_string())
+                    .collect::<Vec<_>>()
+            };
+            let (window, _seen) = session(
+                CuptiSource::new(config(&lib)),
+                ActivitySet::default_set(),
+                None,
+                Duration::from_millis(5),
+                &log,
+            );
+            let mut during = Vec::new();
+            fake.sync_around(3, &mut || during = mine());
+            assert_eq!(during, ["cudaStreamSynchronize"]);
+            assert!(mine().is_empty(), "{:?}", mine());
+            // Not a wait: a stream waiting on an event does not block the host.
+            fake.sync_around(2, &mut || during = mine());
+            assert!(during.is_empty(), "{during:?}");
+            window.stop();
+            fake.sync_around(4, &mut || during = mine());
+            assert!(during.is_empty(), "no window, no callbacks: {during:?}");
+        },
+    );
+}
+
 /// Markers asked for without `NVTX_INJECTION64_PATH`: kinetrace does not set the variable (that
 /// races the job's own `getenv`), and says once how to get markers.
 #[test]

@@ -292,6 +292,41 @@ fn a_hang_in_a_collective_dumps_naming_it() {
     drop(session);
 }
 
+/// A thread blocked in a CUDA synchronize call is a hang too, though no op names it (`.item()`
+/// waiting on a collective that never completes on the GPU): the CUPTI callback reports the wait
+/// ([`crate::waits`]), and the dump names the call and its thread.
+#[test]
+fn a_hang_in_a_device_wait_dumps_naming_the_call() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Dumps::default();
+    let mut config = no_auto(FlightSpan::Time(Duration::from_secs(60)));
+    config.hang_after = Some(Duration::from_millis(300));
+    let session = start(config, &out);
+    for s in 0..2 {
+        op(s);
+        session.step();
+    }
+    let (began, tid) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let waiter = std::thread::spawn(move || {
+        crate::waits::begin(crate::intern::intern("cudaStreamSynchronize"));
+        began.send(crate::recorder::current_tid()).unwrap();
+        // Blocked until the test has seen the dump (at most a minute).
+        let _ = released.recv_timeout(Duration::from_secs(60));
+        crate::waits::end();
+    });
+    let tid = tid.recv_timeout(Duration::from_secs(60)).unwrap();
+    let d = wait_dumps(&out, 1).remove(0);
+    release.send(()).unwrap();
+    waiter.join().unwrap();
+    assert_eq!(d.get("flight_trigger"), Some("hang"), "{d:?}");
+    assert_eq!(d.get("flight_hang_op"), Some("cudaStreamSynchronize"));
+    assert_eq!(d.get("flight_hang_tid"), Some(tid.to_string().as_str()));
+    assert_eq!(d.get("flight_hang_step"), Some("2"));
+    assert!(num(&d, "flight_hang_open_ns") >= 300_000_000, "{d:?}");
+    drop(session);
+}
+
 #[test]
 fn without_a_collective_open_a_long_step_is_no_hang() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());

@@ -12,8 +12,10 @@ use std::cell::Cell;
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
 
-use kinetrace_core::{launch, recorder};
+use kinetrace_core::intern::NameId;
+use kinetrace_core::{launch, recorder, waits};
 use kinetrace_cupti_sys::v13 as sys;
 use kinetrace_cupti_sys::Cupti;
 
@@ -104,6 +106,59 @@ fn is_kernel_launch(domain: u32, cbid: u32) -> bool {
     domain == sys::CUPTI_CB_DOMAIN_DRIVER_API && DRIVER_LAUNCHES.contains(&cbid)
 }
 
+/// The CUDA calls a thread blocks in until the device is done: every synchronize call (device,
+/// stream, event, context) and the synchronous copies to the host (`.item()`, `.cpu()`), by
+/// domain (runtime, driver) and cbid. The hang check of the flight recorder looks at these
+/// ([`kinetrace_core::waits`]): a collective that never completes on the GPU leaves the host in
+/// one of them. Built before the first subscription (interning allocates); the callback only reads.
+static WAIT_NAMES: OnceLock<[Vec<Option<NameId>>; 2]> = OnceLock::new();
+
+/// Whether a runtime or driver API call (its name as Kineto writes it) blocks until the device is
+/// done.
+pub(crate) fn is_blocking_wait(name: &str) -> bool {
+    name.contains("ynchronize")
+        || matches!(
+            name,
+            "cudaMemcpy"
+                | "cudaMemcpy2D"
+                | "cudaMemcpyFromSymbol"
+                | "cuMemcpyDtoH"
+                | "cuMemcpyDtoH_v2"
+                | "cuMemcpy"
+        )
+}
+
+fn init_wait_names() {
+    use kinetrace_cupti_sys::cbid::{DRIVER_CBID_NAMES, RUNTIME_CBID_NAMES};
+    WAIT_NAMES.get_or_init(|| {
+        let table = |names: &[&str]| {
+            names
+                .iter()
+                .map(|raw| {
+                    let name = kinetrace_core::intern::api_name(raw);
+                    is_blocking_wait(name).then(|| kinetrace_core::intern::intern(name))
+                })
+                .collect()
+        };
+        [
+            table(&RUNTIME_CBID_NAMES[..]),
+            table(&DRIVER_CBID_NAMES[..]),
+        ]
+    });
+}
+
+/// The name of the call if it is a blocking wait (none before the table is built).
+#[inline]
+fn wait_name(domain: u32, cbid: u32) -> Option<NameId> {
+    let tables = WAIT_NAMES.get()?;
+    let table = match domain {
+        sys::CUPTI_CB_DOMAIN_RUNTIME_API => &tables[0],
+        sys::CUPTI_CB_DOMAIN_DRIVER_API => &tables[1],
+        _ => return None,
+    };
+    table.get(cbid as usize).copied().flatten()
+}
+
 /// Registers [`buffer_requested`] and [`buffer_completed`] with `cupti`.
 pub(super) fn register_buffer_callbacks(cupti: &Cupti) -> Result<(), CuptiError> {
     // SAFETY: both are `extern "C"` functions with CUPTI's signatures that check their pointers,
@@ -120,6 +175,7 @@ pub(super) fn subscribe_api_callback(cupti: &'static Cupti) -> Optional<Subscrib
     {
         return None;
     }
+    init_wait_names();
     // SAFETY: `api_callback` has CUPTI's callback signature, is sound on any thread, checks its
     // pointers and never unwinds; its user data is a `&'static Cupti`, valid forever.
     let r = unsafe {
@@ -199,6 +255,7 @@ extern "C" fn api_callback(userdata: *mut c_void, domain: u32, cbid: u32, cbdata
             )
         };
         let scratch = data.correlationData;
+        let wait = wait_name(domain, cbid);
         let pop = || {
             if let Some(r) = activity::pop_external_correlation_id(cupti, KINETRACE_EXTERNAL_KIND) {
                 POP_ERRORS.note(&r);
@@ -217,6 +274,11 @@ extern "C" fn api_callback(userdata: *mut c_void, domain: u32, cbid: u32, cbdata
                     pop();
                 }
                 depth = 0;
+                // Likewise a wait whose exit callback never came.
+                waits::reset();
+            }
+            if let Some(name) = wait {
+                waits::begin(name);
             }
             // A kernel launch first asks the registered launch provider (runtimes that launch on
             // a server thread, such as cubecl: the provider pairs this launch with the range that
@@ -259,7 +321,13 @@ extern "C" fn api_callback(userdata: *mut c_void, domain: u32, cbid: u32, cbdata
                 // SAFETY: CUPTI's per-call scratch word, valid from enter to exit of this call.
                 unsafe { *scratch = if pushed { now } else { 0 } };
             }
-        } else if !scratch.is_null() {
+        } else {
+            if wait.is_some() {
+                waits::end();
+            }
+            if scratch.is_null() {
+                return;
+            }
             // SAFETY: as above.
             let pushed_in = unsafe { *scratch };
             // Only a push of the thread's current subscription is still on the stack.
@@ -276,6 +344,55 @@ extern "C" fn api_callback(userdata: *mut c_void, domain: u32, cbid: u32, cbdata
 mod tests {
     use super::*;
     use kinetrace_cupti_sys::cbid::DRIVER_CBID_NAMES;
+
+    #[test]
+    fn blocking_waits_are_the_synchronize_calls_and_synchronous_copies_to_the_host() {
+        for name in [
+            "cudaDeviceSynchronize",
+            "cudaStreamSynchronize",
+            "cudaEventSynchronize",
+            "cuCtxSynchronize",
+            "cuStreamSynchronize",
+            "cudaMemcpy",
+            "cuMemcpyDtoH",
+        ] {
+            assert!(is_blocking_wait(name), "{name}");
+        }
+        for name in [
+            "cudaMemcpyAsync",
+            "cuMemcpyDtoHAsync",
+            "cudaStreamWaitEvent",
+            "cudaLaunchKernel",
+            "cudaEventRecord",
+        ] {
+            assert!(!is_blocking_wait(name), "{name}");
+        }
+        init_wait_names();
+        let named = |domain, cbid: usize, want: &str| {
+            let id = wait_name(domain, cbid as u32).map(kinetrace_core::intern::resolve);
+            assert_eq!(id.as_deref(), Some(want), "cbid {cbid}");
+        };
+        use kinetrace_cupti_sys::cbid::{DRIVER_CBID_NAMES, RUNTIME_CBID_NAMES};
+        let cbid = |table: &[&str], name: &str| {
+            table
+                .iter()
+                .position(|raw| kinetrace_core::intern::api_name(raw) == name)
+                .unwrap()
+        };
+        let sync = cbid(&RUNTIME_CBID_NAMES[..], "cudaStreamSynchronize");
+        named(
+            sys::CUPTI_CB_DOMAIN_RUNTIME_API,
+            sync,
+            "cudaStreamSynchronize",
+        );
+        let ctx = cbid(&DRIVER_CBID_NAMES[..], "cuCtxSynchronize");
+        named(sys::CUPTI_CB_DOMAIN_DRIVER_API, ctx, "cuCtxSynchronize");
+        let launch = cbid(&RUNTIME_CBID_NAMES[..], "cudaLaunchKernel");
+        assert_eq!(
+            wait_name(sys::CUPTI_CB_DOMAIN_RUNTIME_API, launch as u32),
+            None
+        );
+    }
 
     #[test]
     fn launch_cbids_name_the_launch_calls() {

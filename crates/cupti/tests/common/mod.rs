@@ -255,6 +255,33 @@ impl Fake {
             )
         }
     }
+    /// A synchronization of `sync_type` (3: `cudaStreamSynchronize`) that runs `during` while the
+    /// caller is blocked in it (between its enter and exit callbacks).
+    pub fn sync_around(&self, sync_type: u32, during: &mut dyn FnMut()) -> u32 {
+        extern "C" fn trampoline(arg: *mut std::ffi::c_void) {
+            // SAFETY: `arg` is the `&mut &mut dyn FnMut()` passed below, alive for the call.
+            let f = unsafe { &mut *(arg as *mut &mut dyn FnMut()) };
+            f();
+        }
+        let f = sym!(
+            self,
+            b"fake_cupti_sync_around\0",
+            unsafe extern "C" fn(
+                u32,
+                extern "C" fn(*mut std::ffi::c_void),
+                *mut std::ffi::c_void,
+            ) -> u32
+        );
+        let mut during = during;
+        // SAFETY: the fake calls `trampoline` once, synchronously, with this pointer.
+        unsafe {
+            f(
+                sync_type,
+                trampoline,
+                &mut during as *mut &mut dyn FnMut() as *mut std::ffi::c_void,
+            )
+        }
+    }
     /// Hands back the buffers held under `FAKE_CUPTI_HOLD=1`; returns how many.
     pub fn release_held(&self) -> u64 {
         let f = sym!(

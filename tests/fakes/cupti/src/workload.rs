@@ -205,16 +205,38 @@ pub extern "C" fn fake_cupti_sync(sync_type: u32, stream: u32) -> u32 {
 /// A synchronization of `sync_type` on `stream` of `context`; event syncs (1, 2) wait on `event`.
 #[no_mangle]
 pub extern "C" fn fake_cupti_sync_on(sync_type: u32, stream: u32, event: u32, context: u32) -> u32 {
+    sync_around(sync_type, stream, event, context, || {})
+}
+
+/// A synchronization of `sync_type` on stream 7 in context 1 that runs `during(arg)` after its
+/// enter callback (while the caller is blocked in it) and before its exit callback and records.
+#[no_mangle]
+pub extern "C" fn fake_cupti_sync_around(
+    sync_type: u32,
+    during: extern "C" fn(*mut c_void),
+    arg: *mut c_void,
+) -> u32 {
+    sync_around(sync_type, 7, 7, 1, || during(arg))
+}
+
+fn sync_around(
+    sync_type: u32,
+    stream: u32,
+    event: u32,
+    context: u32,
+    during: impl FnOnce(),
+) -> u32 {
     let (cbid, name) = match sync_type {
         1 => (137, c"cudaEventSynchronize"),
         2 => (147, c"cudaStreamWaitEvent"),
         3 => (131, c"cudaStreamSynchronize"),
         _ => (165, c"cudaDeviceSynchronize"),
     };
-    api_call(
+    api_call_around(
         v13::CUPTI_CB_DOMAIN_RUNTIME_API,
         cbid,
         name,
+        during,
         |s, corr, launch, done| {
             ensure_context(s, context, done);
             let end = s

@@ -177,11 +177,14 @@ impl Collector {
         }
     }
 
-    /// The oldest collective or sync open now (its name, thread and how long it has been open).
+    /// The oldest collective or sync open now (its name, thread and how long it has been open):
+    /// an op open in the rings, or a blocking device wait in progress (a CUDA synchronize call,
+    /// [`crate::waits`]), which no op may name.
     fn open_collective(&self) -> Option<(String, u32, u64)> {
         let names = NameTable::snapshot();
         let now = UnixNanos::now();
-        self.open_begins
+        let ops = self
+            .open_begins
             .iter()
             .filter_map(|(&(tid, _), (_, rec))| match rec {
                 CpuRecord::Begin { name, start, .. } => {
@@ -189,7 +192,10 @@ impl Collector {
                     is_collective_or_sync(&n).then(|| (n.into_owned(), tid, *start))
                 }
                 _ => None,
-            })
+            });
+        let waits = crate::waits::open()
+            .map(|(tid, name, since)| (names.get(name).into_owned(), tid, since));
+        ops.chain(waits)
             .min_by_key(|(_, _, start)| start.0)
             .map(|(n, tid, start)| (n, tid, now.saturating_sub(self.clock.to_unix(start))))
     }
