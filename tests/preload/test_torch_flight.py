@@ -311,11 +311,17 @@ def test_an_exception_leaving_a_worker_thread_dumps_naming_it(built, tmp_path):
     assert _steps(crash) == list(range(2, 13)), _steps(crash)
     assert crash["kinetrace_partial_step"] == "12"
     _covers_what_it_says(crash)
-    # The last events: step 12's forward ops. (Not matched by thread: a step the process's exit
-    # closed before the collector wrote the dump sits on the exiting thread's row.)
+    # Every step on the trainer's row, the one the process's exit closed included (it may close it
+    # before the collector writes the dump).
+    rows = {e["tid"] for e in crash["traceEvents"]
+            if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")}
+    assert len(rows) == 1, rows
+    # The last events: step 12's forward ops, on its thread.
     (last,) = [e for e in crash["traceEvents"] if e.get("name") == "ProfilerStep#12"]
+    # Not the main thread's (its tid is the pid), which only waits for the trainer.
+    assert last["tid"] != last["pid"], last
     final_ops = {e["name"] for e in crash["traceEvents"]
-                 if e.get("cat") == "cpu_op" and e["ts"] >= last["ts"]}
+                 if e.get("cat") == "cpu_op" and e["ts"] >= last["ts"] and e["tid"] == last["tid"]}
     assert {"aten::linear", "aten::mse_loss"} <= final_ops, sorted(final_ops)
 
 

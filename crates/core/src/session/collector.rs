@@ -187,6 +187,9 @@ pub(super) struct Collector {
     ring_names: HashMap<u32, Option<String>>,
     /// Ring records drained this iteration, not yet converted (reused: no allocation per event).
     drained: Vec<(u32, CpuRecord)>,
+    /// Step spans the control side handed over (closed by a thread other than theirs), each with
+    /// its thread's tid: drained with the rings.
+    handed: Vec<(u32, CpuRecord)>,
     /// Converted records waiting to be routed to a window.
     pending: Vec<Activity>,
     /// Reused buffer for records polled from sources.
@@ -245,6 +248,7 @@ impl Collector {
             evaluating: HashMap::new(),
             ring_names: HashMap::new(),
             drained: Vec::new(),
+            handed: Vec::new(),
             pending: Vec::new(),
             polled: Vec::new(),
             clock: TickConverter::new(),
@@ -286,6 +290,9 @@ impl Collector {
                 last_step_at: f.clock.last_step_at,
                 step: c.step_num,
             });
+            // Taken with the commands: a step handed over before a `Stop` of this batch is drained
+            // before that stop is applied.
+            self.handed.append(&mut c.handed_steps);
             // Read under the lock: every command not in this batch is stamped later than this.
             (std::mem::take(&mut c.queue), Ticks::now(), flight)
         };
@@ -824,6 +831,8 @@ impl Collector {
                 !finished
             });
         }
+        // Records of another thread's row, as if drained from its ring.
+        batch.append(&mut self.handed);
         self.behind = behind;
         // After the drain: every record in `batch` is older than now, so a point taken now makes
         // its conversion an interpolation, which no later point changes (see `cover`).

@@ -111,9 +111,17 @@ pub(super) struct StepSpan {
     previous_external_id: u64,
     pub start: Ticks,
     pub step: u64,
-    /// The thread that opened it (a flight dump writes the step in progress on it).
+    /// The thread whose row it goes on: the one that drives the steps (the last to call `step()`,
+    /// else the one that started the session). A flight dump writes the step in progress there, and a close
+    /// from another thread hands it to the collector for that row (see [`Control::handed_steps`]).
     pub tid: u32,
+    /// The thread whose external id `open_step_span` set (only that thread's is restored).
+    pushed_on: u32,
 }
+
+/// Step spans kept for the collector at most (they come one per cross-thread close: a capture's
+/// end, the session's close; beyond this they are dropped).
+const MAX_HANDED_STEPS: usize = 64;
 
 pub(super) struct Control {
     pub trigger: Trigger,
@@ -129,6 +137,13 @@ pub(super) struct Control {
     /// when given one), otherwise from the first `step()` call on.
     pub record_steps: bool,
     pub step_span: Option<StepSpan>,
+    /// The thread that last called `step()` (before any, the one that started the session): the
+    /// step spans go on its row.
+    pub step_tid: u32,
+    /// Step spans closed by a thread other than theirs (the process's exit thread, a signal's, a
+    /// close or a capture's end from another thread), with the tid of the row they belong on:
+    /// the collector drains them with the rings (a ring is its own thread's row).
+    pub handed_steps: Vec<(u32, CpuRecord)>,
     /// The step an ending capture cuts short, for its `Stop` (see [`Command::Stop`]).
     pub partial_step: Option<u64>,
     pub started: Instant,
@@ -169,6 +184,8 @@ impl Control {
             cycle: 0,
             record_steps: matches!(config.trigger, Trigger::Schedule(_)) || config.flight.is_some(),
             step_span: None,
+            step_tid: recorder::current_tid(),
+            handed_steps: Vec::new(),
             partial_step: None,
             started: Instant::now(),
             shutdown: false,
@@ -468,15 +485,25 @@ impl Control {
         }
         let id = recorder::next_span_id();
         let start = Ticks::now();
+        let me = recorder::current_tid();
         self.step_span = Some(StepSpan {
             id,
             previous_external_id: recorder::push_external_id(id),
             start,
             step: self.step_num,
-            tid: recorder::current_tid(),
+            tid: self.step_tid,
+            pushed_on: me,
         });
         if let Some(f) = self.flight.as_mut() {
             f.clock.step_began(start);
+        }
+    }
+
+    /// `step()` is called on this thread: the steps go on its row, the open one included.
+    pub fn stepping_on(&mut self, tid: u32) {
+        self.step_tid = tid;
+        if let Some(s) = self.step_span.as_mut() {
+            s.tid = tid;
         }
     }
 
@@ -484,15 +511,23 @@ impl Control {
         let Some(s) = self.step_span.take() else {
             return;
         };
-        recorder::restore_external_id(s.previous_external_id);
-        let name = NameId::step(s.step);
+        let me = recorder::current_tid();
+        if me == s.pushed_on {
+            recorder::restore_external_id(s.previous_external_id);
+        }
         // The same clock as the spans inside the step, so they nest exactly.
-        recorder::push(CpuRecord::Span {
-            name,
+        let span = CpuRecord::Span {
+            name: NameId::step(s.step),
             annotation: true,
             start: s.start,
             end: Ticks::now(),
             id: s.id,
-        });
+        };
+        if me == s.tid {
+            recorder::push(span);
+        } else if self.handed_steps.len() < MAX_HANDED_STEPS {
+            // Closed from another thread: this thread's ring would put it on this thread's row.
+            self.handed_steps.push((s.tid, span));
+        }
     }
 }

@@ -8,11 +8,14 @@ use crate::clock::UnixNanos;
 use crate::flight::{FlightSpan, SlowStepRule};
 use crate::recorder::CpuRecord;
 use crate::source::{Sink, SinkFactory, TraceMeta};
+use std::sync::mpsc;
 
 /// One dump: the step annotations and op names it holds, and its head.
 #[derive(Clone, Debug, Default)]
 struct Dump {
     steps: Vec<u64>,
+    /// Each step annotation's (step, pid, tid), in the order written.
+    step_rows: Vec<(u64, u32, u32)>,
     ops: Vec<String>,
     meta: Vec<(String, String)>,
     start: u64,
@@ -43,7 +46,9 @@ impl Sink for DumpSink {
             Detail::UserAnnotation(s) => {
                 let n = crate::intern::resolve(s.name).to_string();
                 if let Some(step) = n.strip_prefix("ProfilerStep#") {
-                    self.dump.steps.push(step.parse().unwrap());
+                    let step = step.parse().unwrap();
+                    self.dump.steps.push(step);
+                    self.dump.step_rows.push((step, s.pid, s.tid));
                 }
             }
             Detail::CpuOp(s) => self
@@ -715,4 +720,62 @@ fn closing_during_an_after_period_writes_the_waiting_dump() {
         d.ops.iter().filter(|o| *o == "op7").count(),
         crate::flight::CHUNK_RECORDS
     );
+}
+
+/// The process ending while the training thread is inside a step: the exit thread (here the test's)
+/// closes the session, ending that step before the collector writes the ending's dump. The partial
+/// `ProfilerStep` goes on the training thread's row, like its whole steps, not on the closer's.
+#[test]
+fn a_step_the_exit_closes_from_another_thread_stays_on_the_training_threads_row() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Dumps::default();
+    let session = start(no_auto(FlightSpan::Steps(3)), &out);
+    let (stepped_tx, stepped_rx) = mpsc::channel::<u32>();
+    let (ended_tx, ended_rx) = mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        let session = &session;
+        let trainer = scope.spawn(move || {
+            for s in 0..5 {
+                op(s);
+                session.step();
+            }
+            // Inside step 5 when the process ends.
+            op(5);
+            stepped_tx.send(crate::recorder::current_tid()).unwrap();
+            // Alive until the dump is written, as a training thread is while the exit runs.
+            let _ = ended_rx.recv_timeout(Duration::from_secs(60));
+        });
+        let trainer_tid = stepped_rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        let exiting = crate::recorder::current_tid();
+        assert_ne!(trainer_tid, exiting);
+        {
+            // The close comes before the collector writes the dump (it is held meanwhile).
+            let held = lock(&session.shared.collector);
+            session
+                .flight_dump(FlightTrigger::Exit("SIGTERM".into()))
+                .unwrap();
+            lock(&session.shared.control).close(&session.shared);
+            drop(held);
+        }
+        session.close();
+        ended_tx.send(()).unwrap();
+        trainer.join().unwrap();
+        let d = wait_dumps(&out, 1);
+        assert_eq!(d.len(), 1, "{d:?}");
+        let d = &d[0];
+        assert_eq!(d.get("flight_trigger"), Some("exit"));
+        assert_eq!(d.get("kinetrace_partial_step"), Some("5"));
+        assert_eq!(d.steps, vec![2, 3, 4, 5], "{d:?}");
+        assert!(d.ops.contains(&"op5".to_string()), "{d:?}");
+        let pid = std::process::id();
+        for &(step, p, tid) in &d.step_rows {
+            assert_eq!(
+                (p, tid),
+                (pid, trainer_tid),
+                "ProfilerStep#{step} not on the trainer's row (exit thread {exiting}): {:?}",
+                d.step_rows
+            );
+        }
+    });
+    drop(session);
 }

@@ -293,6 +293,7 @@ impl Session {
         let queued = {
             let mut s = lock(&self.shared.control);
             let before = s.queued;
+            s.stepping_on(recorder::current_tid());
             s.close_step_span();
             let ended = s.step_num;
             let slow = s

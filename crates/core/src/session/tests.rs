@@ -1128,6 +1128,108 @@ fn python_frames_get_their_parents_and_allocator_events_their_totals() {
     );
 }
 
+/// A `ProfilerStep` annotation's (step, pid, tid).
+type StepRow = (u64, u32, u32);
+
+/// Keeps each trace's `ProfilerStep` annotations.
+struct StepRowSink {
+    rows: Vec<StepRow>,
+    out: Arc<Mutex<Vec<Vec<StepRow>>>>,
+}
+
+impl Sink for StepRowSink {
+    fn record(&mut self, a: &Activity) -> std::io::Result<()> {
+        if let Detail::UserAnnotation(span) = &a.detail {
+            let name = crate::intern::resolve(span.name).to_string();
+            if let Some(step) = name.strip_prefix("ProfilerStep#") {
+                self.rows.push((step.parse().unwrap(), span.pid, span.tid));
+            }
+        }
+        Ok(())
+    }
+    fn finish(self: Box<Self>, meta: &TraceMeta) -> std::io::Result<TraceOutput> {
+        let mut rows = self.rows;
+        rows.sort();
+        self.out.lock().unwrap().push(rows);
+        Ok(TraceOutput {
+            path: None,
+            events: 0,
+            cycle: meta.cycle,
+        })
+    }
+}
+
+/// The steps go on the row of the thread that calls `step()`: also the one a capture requested
+/// from another thread (an on-demand poller) opens, and the one the session's close from another
+/// thread (the process's exit) cuts short, not on those threads' rows.
+#[test]
+fn steps_opened_or_closed_on_other_threads_stay_on_the_stepping_threads_row() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let out: Arc<Mutex<Vec<Vec<StepRow>>>> = Arc::default();
+    let factory = {
+        let out = out.clone();
+        Box::new(move |_cycle: u32| -> std::io::Result<Box<dyn Sink>> {
+            Ok(Box::new(StepRowSink {
+                rows: Vec::new(),
+                out: out.clone(),
+            }))
+        })
+    };
+    let session = loop {
+        let config = SessionConfig {
+            trigger: Trigger::OnDemand,
+            log: Arc::new(|_| {}),
+            ..SessionConfig::default()
+        };
+        match Session::start(config, Vec::new(), factory.clone(), None) {
+            Ok(s) => break s,
+            Err(SessionError::AlreadyRunning) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    };
+    let (to_trainer, trainer_rx) = mpsc::channel::<()>();
+    let (to_main, main_rx) = mpsc::channel::<u32>();
+    let other = crate::recorder::current_tid();
+    let session = &session;
+    std::thread::scope(|scope| {
+        let trainer = scope.spawn(move || {
+            session.step();
+            to_main.send(crate::recorder::current_tid()).unwrap();
+            // The capture is requested here, from the other thread.
+            trainer_rx.recv_timeout(Duration::from_secs(60)).unwrap();
+            session.step();
+            session.step();
+            to_main.send(0).unwrap();
+            // In step 3 when the other thread closes the session.
+            let _ = trainer_rx.recv_timeout(Duration::from_secs(60));
+        });
+        let trainer_tid = main_rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        assert_ne!(trainer_tid, other);
+        session
+            .request_capture(CaptureRequest::new(
+                CaptureStart::Now,
+                CaptureLength::Steps(10),
+            ))
+            .unwrap();
+        to_trainer.send(()).unwrap();
+        main_rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        session.close();
+        to_trainer.send(()).unwrap();
+        trainer.join().unwrap();
+        let traces = out.lock().unwrap().clone();
+        let pid = std::process::id();
+        // Steps 1 and 2 whole, then step 3, cut by the close: all on the trainer's row.
+        assert_eq!(
+            traces,
+            vec![vec![
+                (1, pid, trainer_tid),
+                (2, pid, trainer_tid),
+                (3, pid, trainer_tid)
+            ]],
+            "the other thread is {other}"
+        );
+    });
+}
+
 #[test]
 fn ring_records_stay_32_bytes() {
     // The memory event is split in two records so that every slot stays this size.

@@ -225,10 +225,13 @@ impl Collector {
         let trigger = &trigger;
         // The step in progress, read before the rings are drained: if it ends meanwhile, its
         // record is in the rings (and written instead of the partial one below).
-        let in_progress = lock(&shared.control)
-            .step_span
-            .as_ref()
-            .map(|s| (s.id, s.start, s.step, s.tid));
+        // Taken with the steps handed over (closed on another thread), which are drained as
+        // the rings are: one closed after this is in neither.
+        let in_progress = {
+            let mut c = lock(&shared.control);
+            self.handed.append(&mut c.handed_steps);
+            c.step_span.as_ref().map(|s| (s.id, s.start, s.step, s.tid))
+        };
         // Everything recorded up to now (a flight recorder has no window edges to respect): what
         // the job did since this round began is part of the span too.
         self.drain_rings(usize::MAX);
@@ -238,7 +241,7 @@ impl Collector {
             self.take_from_sources(shared, true);
         }
         // A close queued by now (the process ending) ended the step in progress: its record, in
-        // the rings already, is partial.
+        // the rings (or handed over) already, is partial.
         let closed_partial =
             stop_in_rest.or_else(|| lock(&shared.control).queue.iter().find_map(stop_partial));
         // With an after-period that has run its course, the dump ends where the period does;
