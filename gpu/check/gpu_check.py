@@ -1190,6 +1190,7 @@ def cmd_all(a):
         s.add("efficiency", "matmul against the roofline", None, "SKIPPED: no staged kinetrace CLI")
     candle_step(s, stage, out, libs)
     nccl_step(s, cli if has_record else None, py, out)
+    flight_hang_step(s, cli if has_record else None, py, out)
     progress("step 6: burn-cuda example (issue 12), fusion off")
     cmd_burn(s, stage, out, libs)
     s.print()
@@ -1296,6 +1297,64 @@ def nccl_step(s, cli, py, out):
     if len(traces) == 1:
         for name, ok, detail in nccl_check.checks(load_trace(traces[0])):
             s.add("nccl trace", name, ok, detail)
+
+
+FLIGHT_HANG_JOB = r"""
+import json
+import sys
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Linear(256, 256).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(64, 256, device="cuda")
+for _ in range(5):
+    opt.zero_grad()
+    model(x).square().mean().backward()
+    opt.step()
+torch.cuda.synchronize()
+# The GPU spins for several seconds (as behind a collective whose peer never comes) while the host
+# waits in cudaDeviceSynchronize: no op names that wait.
+torch.cuda._sleep(int(sys.argv[1]))
+torch.cuda.synchronize()
+print(json.dumps({"done": True}))
+"""
+
+
+def flight_hang_step(s, cli, py, out):
+    """The flight recorder's hang check on a real CUDA wait (issue 25): a job whose host waits in
+    `cudaDeviceSynchronize` for longer than KINETRACE_FLIGHT_HANG (the GPU spinning in
+    torch.cuda._sleep) must leave a `hang` dump naming the synchronize call, seen through CUPTI's
+    API callbacks, and end normally."""
+    if cli is None:
+        s.add("flight", "hang in a CUDA wait", None, "SKIPPED: no staged kinetrace CLI with `record`")
+        return
+    progress("step 5c (flight recorder): a host waiting in cudaDeviceSynchronize for 6 s, hang after 2 s")
+    f_out = os.path.join(out, "flight-hang")
+    shutil.rmtree(f_out, ignore_errors=True)
+    job = os.path.join(out, "flight_hang_job.py")
+    with open(job, "w") as f:
+        f.write(FLIGHT_HANG_JOB)
+    env = torch_env()
+    env.update({"KINETRACE_FLIGHT_HANG": "2s", "KINETRACE_FLIGHT_SLOW_STEP": "off",
+                "KINETRACE_FLIGHT_AFTER": "0"})
+    # About 6 s of GPU spinning at ~2 GHz (cycles; a faster clock shortens it, still over 2 s).
+    rc, so, se = run_child([cli, "record", "--flight", "30s", "-o", f_out, "--", py, job, str(12 * 10**9)],
+                           90, env=env, log=os.path.join(out, "flight-hang.log"))
+    r = last_json(so) or {}
+    s.add("flight", "job ran and ended normally", rc == 0 and r.get("done") is True, "rc %d" % rc)
+    dumps = []
+    for path in find_traces(f_out):
+        try:
+            doc = load_trace(path)
+        except Exception as e:  # a dump that does not parse is a failure below
+            s.add("flight", "dump parses", False, "%s: %s" % (path, e))
+            continue
+        if doc.get("flight_trigger") == "hang":
+            dumps.append(doc)
+    op = dumps[0].get("flight_hang_op", "") if dumps else ""
+    s.add("flight", "hang dump naming the CUDA wait", len(dumps) == 1 and "ynchronize" in op,
+          "%d hang dump(s); op %r; %s" % (len(dumps), op, dumps[0].get("flight_reason") if dumps else ""))
 
 
 def cmd_rocm(a):
