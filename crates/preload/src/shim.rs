@@ -259,6 +259,19 @@ pub extern "C" fn kinetrace_torch_state() -> u32 {
     catch_unwind(agent::torch_state).unwrap_or(0)
 }
 
+/// The text of a C string from the Python side (empty for null; invalid UTF-8 replaced).
+///
+/// # Safety
+/// `p` is null or a NUL-terminated string that outlives the result.
+unsafe fn c_text<'a>(p: *const c_char) -> std::borrow::Cow<'a, str> {
+    if p.is_null() {
+        std::borrow::Cow::Borrowed("")
+    } else {
+        // SAFETY: per the contract, a NUL-terminated string.
+        String::from_utf8_lossy(unsafe { CStr::from_ptr(p) }.to_bytes())
+    }
+}
+
 /// An exception is leaving the Python training loop (the `sitecustomize`'s `sys.excepthook`, when
 /// bit 32 of [`kinetrace_torch_state`] says the flight recorder is on): queues a flight dump whose
 /// trigger names the exception's type. 1 if a dump was queued, 0 if not (the flight recorder is
@@ -271,15 +284,8 @@ pub unsafe extern "C" fn kinetrace_flight_exception(
     type_name: *const c_char,
     message: *const c_char,
 ) -> c_int {
-    let text = |p: *const c_char| {
-        if p.is_null() {
-            std::borrow::Cow::Borrowed("")
-        } else {
-            // SAFETY: per the contract, a NUL-terminated string.
-            String::from_utf8_lossy(unsafe { CStr::from_ptr(p) }.to_bytes())
-        }
-    };
-    let (t, m) = (text(type_name), text(message));
+    // SAFETY: per the contract, null or NUL-terminated strings.
+    let (t, m) = unsafe { (c_text(type_name), c_text(message)) };
     catch_unwind(|| c_int::from(agent::flight_exception(&t, &m, None))).unwrap_or(0)
 }
 
@@ -295,15 +301,8 @@ pub unsafe extern "C" fn kinetrace_flight_thread_exception(
     message: *const c_char,
     thread: *const c_char,
 ) -> c_int {
-    let text = |p: *const c_char| {
-        if p.is_null() {
-            std::borrow::Cow::Borrowed("")
-        } else {
-            // SAFETY: per the contract, a NUL-terminated string.
-            String::from_utf8_lossy(unsafe { CStr::from_ptr(p) }.to_bytes())
-        }
-    };
-    let (t, m, th) = (text(type_name), text(message), text(thread));
+    // SAFETY: per the contract, null or NUL-terminated strings.
+    let (t, m, th) = unsafe { (c_text(type_name), c_text(message), c_text(thread)) };
     catch_unwind(|| c_int::from(agent::flight_exception(&t, &m, Some(&th)))).unwrap_or(0)
 }
 
