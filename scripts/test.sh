@@ -11,6 +11,15 @@ step() { printf '\n== %s\n' "$*"; }
 # is built beside the binary, so no step pays for a second build of it.
 export KINETRACE_EMBED_SHIM="${KINETRACE_EMBED_SHIM:-0}"
 
+# Disk: the whole run needs ~10 GB (the torch venv ~4.4 GB, the Rust builds the rest; numbers in
+# docs/development.md). CI starts from a fresh clone, where incremental compilation only writes
+# (~2.5 GB of target/debug/incremental), so it is off there.
+if [ "${CI:-}" = "true" ]; then
+  export CARGO_INCREMENTAL=0
+fi
+disk_free() { df -h . | awk 'NR == 2 { print "disk: " $4 " free on " $6 " (" $1 ")" }'; }
+disk_free
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
@@ -41,11 +50,14 @@ python3 gpu/check/efficiency_check.py selftest --cli "$target_dir/debug/kinetrac
 
 step "loom model check of the per-thread ring"
 bash scripts/loom.sh
+# Nothing later uses loom's own build; on CI's small disk it goes.
+if [ "${CI:-}" = "true" ]; then rm -rf target/loom; fi
 
 step "PyTorch venv (real torch 2.15 + CUDA 13 wheels incl. libcupti; ~3 GB once, cached in target/torch-venv)"
 # The real-PyTorch test needs ~5 GB of wheels. Under CI=true it is a prerequisite: if the venv cannot
 # be installed, the run fails. On a developer's machine without the disk or registry for it, say so
 # loudly and run everything else.
+disk_free
 if bash scripts/torch-venv.sh >/dev/null; then
   export KINETRACE_TORCH_TESTS=1
 elif [ "${CI:-}" = "true" ]; then

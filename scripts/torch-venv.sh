@@ -23,6 +23,11 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 . "$root/scripts/lib/venv.sh"
 
 # --no-cache-dir: the wheels are ~3 GB; a second copy in the pip cache would double the disk used.
+# VENV_ALONE: torch and each CUDA library wheel installed in a pip run of its own, so the peak is
+# the venv plus one wheel, not plus all of them (scripts/lib/venv.sh). VENV_SKIP: triton (~1 GB
+# installed) is torch.compile's GPU code generator; these tests run torch eagerly on the CPU, and
+# torch imports it only when compiling.
+VENV_ALONE='torch|nvidia-.*' VENV_SKIP='triton' \
 make_venv torch-venv "${TORCH_VENV:-$root/target/torch-venv}" \
     'import torch, numpy, pytest; torch.nn.Linear(2, 2)(torch.zeros(1, 2))' \
     --no-cache-dir \

@@ -8,6 +8,13 @@
 # import fails here rather than in the middle of the tests; PIP_ARGs go to `pip install`. A re-run
 # with the same Python version and pins only checks a stamp file. Prints the venv's path on stdout
 # (progress goes to stderr). Needs only python3 with pip and PyPI; $PYTHON picks the interpreter.
+#
+# For big environments, VENV_ALONE (a regex of distribution names) switches to a resolve-then-install
+# mode: pip resolves the pins once (--dry-run --report), then installs with --no-deps, each matching
+# distribution in a pip run of its own and the rest together. A single `pip install --no-cache-dir`
+# keeps every downloaded wheel in its temp dir until the end (~3 GB more disk at the peak for torch);
+# this way at most one big wheel is on disk beside the venv. VENV_SKIP (a regex) names resolved
+# distributions to leave out.
 
 make_venv() {
     local name="$1" venv="$2" check="$3"
@@ -46,9 +53,45 @@ make_venv() {
         rm -rf "$tools"
     fi
     log "installing ${pins[*]}"
-    "$venv/bin/python" -m pip install --quiet "${pip_args[@]}" "${pins[@]}" >&2
+    if [[ -n "${VENV_ALONE:-}" ]]; then
+        install_one_by_one "$venv" "${pip_args[@]}" -- "${pins[@]}"
+    else
+        "$venv/bin/python" -m pip install --quiet "${pip_args[@]}" "${pins[@]}" >&2
+    fi
     "$venv/bin/python" -c "$check" >&2
     echo "$stamp_text" >"$stamp"
     log "ready in $(($(date +%s) - start)) s"
     echo "$venv"
+}
+
+# install_one_by_one VENV PIP_ARG... -- PIN...  (see VENV_ALONE above)
+install_one_by_one() {
+    local venv="$1"
+    shift
+    local pip_args=()
+    while [[ $# -gt 0 && "$1" != "--" ]]; do pip_args+=("$1"); shift; done
+    shift
+    local report="$venv/.resolved.json"
+    "$venv/bin/python" -m pip install --quiet --dry-run --ignore-installed --report "$report" \
+        "${pip_args[@]}" "$@" >&2
+    local groups
+    # One line per pip run: the distributions VENV_ALONE matches one per line, the rest on the last.
+    groups="$("$venv/bin/python" - "$report" "$VENV_ALONE" "${VENV_SKIP:-^$}" <<'EOF'
+import json, re, sys
+report, alone, skip = sys.argv[1], re.compile(sys.argv[2]), re.compile(sys.argv[3])
+pins = [(i["metadata"]["name"].lower(), i["metadata"]["version"]) for i in json.load(open(report))["install"]]
+pins = [(n, v) for n, v in pins if not skip.fullmatch(n)]
+for n, v in pins:
+    if alone.fullmatch(n):
+        print(f"{n}=={v}")
+print(" ".join(f"{n}=={v}" for n, v in pins if not alone.fullmatch(n)))
+EOF
+)"
+    rm -f "$report"
+    local line
+    while read -r line; do
+        [[ -n "$line" ]] || continue
+        # shellcheck disable=SC2086 # one line holds several pins, split on purpose
+        "$venv/bin/python" -m pip install --quiet --no-deps "${pip_args[@]}" $line >&2
+    done <<<"$groups"
 }
