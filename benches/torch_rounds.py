@@ -23,6 +23,13 @@ cross-entropy on a 64-row batch; with `TORCH_ROUNDS_WORKLOAD=alloc`, 1,000 `torc
 step instead (two allocator events each: what `profile_memory` costs per event). Each profiler is entered and left per round (its export is not
 timed); the first steps of each round are not counted.
 
+With `TORCH_ROUNDS_CYCLE=1` each profiler runs the way the guide's loop runs it instead: a
+schedule (wait=1, warmup=1, active=K) with `on_trace_ready` writing a trace and `p.step()` after
+every step, timed with the step, so the step that ends the cycle carries whatever the profiler does
+on the training thread when a cycle closes (torch.profiler turns its events into Python objects and
+writes the trace there; kinetrace's collector thread writes it). A mode's figure is then the mean
+over the K active steps, the cycle's end included.
+
     python benches/torch_rounds.py [rounds] [steps per round] [modes,...]
 """
 import os
@@ -37,6 +44,7 @@ import torch
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 24
 K = int(sys.argv[2]) if len(sys.argv) > 2 else 20
 WARM = 5
+CYCLE = os.environ.get("TORCH_ROUNDS_CYCLE") == "1"
 
 torch.manual_seed(0)
 torch.set_num_threads(1)
@@ -69,11 +77,49 @@ def timed(out):
             out.append((time.thread_time_ns() - c) / 1e3)
 
 
+def timed_cycle(p, out):
+    """Steps with `p.step()` after each: the wait and warmup steps, then the K active ones timed
+    (the last one's `p.step()` ends the cycle)."""
+    for i in range(2 + K):
+        c = time.thread_time_ns()
+        step()
+        p.step()
+        if i >= 2:
+            out.append((time.thread_time_ns() - c) / 1e3)
+
+
+def run_cycle(mode, out, tmp):
+    from torch.profiler import ProfilerActivity
+
+    for _ in range(WARM):
+        step()
+    if mode == "plain":
+        class NoProfiler:
+            def step(self):
+                pass
+
+        timed_cycle(NoProfiler(), out)
+        return
+    if mode.startswith("torch"):
+        import torch.profiler as api
+    else:
+        import kinetrace as api
+    with api.profile(activities=[ProfilerActivity.CPU], with_stack=mode.endswith("-stack"),
+                     profile_memory=mode.endswith("-memory"),
+                     schedule=api.schedule(wait=1, warmup=1, active=K, repeat=1),
+                     on_trace_ready=api.tensorboard_trace_handler(tmp)) as p:
+        timed_cycle(p, out)
+    for f in os.listdir(tmp):
+        os.unlink(os.path.join(tmp, f))
+
+
 def run(mode, out, tmp):
     from torch.profiler import ProfilerActivity
 
     cpu = [ProfilerActivity.CPU]
-    if mode == "plain":
+    if CYCLE:
+        run_cycle(mode, out, tmp)
+    elif mode == "plain":
         timed(out)
     elif mode.startswith("torch"):
         with torch.profiler.profile(activities=cpu, with_stack=mode.endswith("-stack"),
@@ -108,12 +154,14 @@ def main():
                 out = []
                 run(m, out, tmp)
                 times[m] += out
-                this[m] = statistics.median(out)
+                this[m] = statistics.fmean(out) if CYCLE else statistics.median(out)
             rounds.append(this)
-    med = {m: statistics.median(v) for m, v in times.items()}
+    med = {m: statistics.median(r[m] for r in rounds) if CYCLE else statistics.median(v)
+           for m, v in times.items()}
     load = open("/proc/loadavg").read().split()[:3]
+    what = "the mean over a cycle, its end included" if CYCLE else "median"
     print(f"torch {torch.__version__}, {ROUNDS} rounds x {K} steps per mode, load {' '.join(load)}")
-    print(f"{'mode':18} {'CPU us/step (median)':>21}")
+    print(f"{'mode':18} CPU us/step ({what}; median over rounds)")
     for m in modes:
         print(f"{m:18} {med[m]:21.1f}")
     def added(prefix, switch):

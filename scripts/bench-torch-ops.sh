@@ -60,6 +60,14 @@ done
 echo "-- steps: with_stack and profile_memory, in one process, in rounds"
 KINETRACE_PRELOAD_PATH="${CARGO_TARGET_DIR:-$root/target}/release/libkinetrace.so" PYTHONPATH="$out/pkg" \
     "$py" benches/torch_rounds.py 2>>"$out/log"
+# The same, with each profiler run as the guide's loop runs it (a schedule, on_trace_ready, the
+# cycle's end timed in the step that ends it), and one allocator event at a time from C++.
+echo "-- steps: the guide's cycle (wait=1, warmup=1, active=3), its end included"
+TORCH_ROUNDS_CYCLE=1 KINETRACE_PRELOAD_PATH="${CARGO_TARGET_DIR:-$root/target}/release/libkinetrace.so" PYTHONPATH="$out/pkg" \
+    "$py" benches/torch_rounds.py 30 3 2>>"$out/log"
+echo "-- one allocator event (c10's CPU allocator called from C++)"
+KINETRACE_PRELOAD_PATH="${CARGO_TARGET_DIR:-$root/target}/release/libkinetrace.so" PYTHONPATH="$out/pkg" \
+    "$py" benches/alloc_events.py 60 500 2>>"$out/log"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "routes taken (kinetrace's log, in run order):"
 grep -o 'PyTorch ops through [^(:]*' "$out/log" | sed 's/^/  /'

@@ -10,8 +10,10 @@
 # Needs only python3 (3.10+; tested with 3.11) with pip, and PyPI. The default (CUDA) torch wheel is
 # what users run, and it brings the real CUPTI 13.x library (nvidia-cuda-cupti) the test wants
 # loaded; the job itself runs on the CPU (no driver needed). Measured on the 2-core development
-# machine with an empty pip cache: 119 s, ~3.0 GB downloaded (torch 539 MB plus 28 dependencies:
-# the nvidia-* CUDA 13 libraries, triton, sympy, ...), 5.3 GB installed. Re-runs with the same pins
+# machine with an empty pip cache: 128 s, torch 539 MB plus 27 dependencies (the nvidia-* CUDA 13
+# libraries, sympy, ...; not triton, below) installed one big wheel at a time: 4.4 GB installed,
+# 4.5 GB of disk at the peak (one `pip install` of all of them installed 5.3 GB and held every
+# downloaded wheel, ~3.0 GB, in pip's temporary directory until the end). Re-runs with the same pins
 # only check a stamp file (well under 1 s).
 #
 # Pins: torch==2.15.0 (CUDA 13.2 build, CUPTI 13.2), numpy==2.3.5 (torch warns at import without

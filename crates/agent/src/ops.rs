@@ -325,9 +325,16 @@ pub fn memory(address: u64, bytes: i64, allocated: u64, reserved: u64, device: i
     if !recorder::is_active() {
         return;
     }
+    let at = Ticks::now();
+    if device < 0 && reserved == 0 {
+        if let Some(record) = CpuRecord::host_memory(at, address, bytes, allocated) {
+            recorder::push(record);
+            return;
+        }
+    }
     recorder::push_pair(
         CpuRecord::Memory {
-            at: Ticks::now(),
+            at,
             address,
             bytes,
             device,

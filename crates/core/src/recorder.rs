@@ -269,15 +269,47 @@ pub enum CpuRecord {
         /// Bytes the allocator holds on the device after it.
         reserved: u64,
     },
+    /// A host allocation or free with its total in one slot (made by [`CpuRecord::host_memory`]):
+    /// most of a PyTorch job's allocator events are on the CPU, where c10 reports nothing
+    /// reserved, so the total allocated fits the slot's spare bytes and the event takes one slot
+    /// and one ring write instead of two.
+    HostMemory {
+        /// When, on the recording clock.
+        at: Ticks,
+        /// The block's address.
+        address: u64,
+        /// Its size, negative for a free.
+        bytes: i64,
+        /// Bits 32..48 of the bytes allocated on the host after it.
+        allocated_hi: u16,
+        /// Bits 0..32 of the same.
+        allocated_lo: u32,
+    },
 }
 
+/// The most host bytes allocated a [`CpuRecord::HostMemory`] holds (256 TiB).
+const HOST_ALLOCATED_LIMIT: u64 = 1 << 48;
+
 impl CpuRecord {
+    /// A host allocator event as one [`CpuRecord::HostMemory`] slot; `None` (write
+    /// [`CpuRecord::Memory`] and its totals instead) when `allocated` does not fit its 48 bits.
+    #[inline]
+    pub fn host_memory(at: Ticks, address: u64, bytes: i64, allocated: u64) -> Option<CpuRecord> {
+        (allocated < HOST_ALLOCATED_LIMIT).then_some(CpuRecord::HostMemory {
+            at,
+            address,
+            bytes,
+            allocated_hi: (allocated >> 32) as u16,
+            allocated_lo: allocated as u32,
+        })
+    }
+
     /// The latest time this record carries.
     pub fn last_tick(&self) -> Ticks {
         match *self {
             CpuRecord::Span { end, .. } | CpuRecord::End { end, .. } => end,
             CpuRecord::Begin { start, .. } => start,
-            CpuRecord::Memory { at, .. } => at,
+            CpuRecord::Memory { at, .. } | CpuRecord::HostMemory { at, .. } => at,
             CpuRecord::MemoryTotals { .. } => Ticks(0),
         }
     }

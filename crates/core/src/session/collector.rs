@@ -921,6 +921,23 @@ impl Collector {
                     // One left waiting lost its totals (the ring was full): it goes without.
                     self.memory_waiting.insert(tid, a)
                 }
+                CpuRecord::HostMemory {
+                    at,
+                    address,
+                    bytes,
+                    allocated_hi,
+                    allocated_lo,
+                } => {
+                    let mut a =
+                        memory_activity(self.clock.to_unix(at), address, bytes, -1, pid, tid);
+                    if let Detail::Memory(m) = &mut a.detail {
+                        m.total_allocated =
+                            Some(u64::from(allocated_hi) << 32 | u64::from(allocated_lo));
+                        // c10's host allocator reserves nothing (HostMemory is written only then).
+                        m.total_reserved = Some(0);
+                    }
+                    Some(a)
+                }
                 CpuRecord::MemoryTotals {
                     allocated,
                     reserved,

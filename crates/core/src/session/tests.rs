@@ -1062,6 +1062,10 @@ fn python_frames_get_their_parents_and_allocator_events_their_totals() {
             allocated: 4096,
             reserved: 1 << 20,
         }));
+        // A host event in one slot, with a total past 32 bits (its high bits in the other field).
+        assert!(recorder::push(
+            CpuRecord::host_memory(Ticks::now(), 0x2000, 512, (5 << 32) + 7).unwrap()
+        ));
         end(7004);
         end(7003);
         end(7002);
@@ -1114,6 +1118,7 @@ fn python_frames_get_their_parents_and_allocator_events_their_totals() {
         vec![
             (MemoryOp::Alloc, None, 4096, Some(8192), Some(0)),
             (MemoryOp::Free, Some(0), 4096, Some(4096), Some(1 << 20)),
+            (MemoryOp::Alloc, None, 512, Some((5 << 32) + 7), Some(0)),
         ]
     );
     // A window without profile_memory keeps no allocator events (Kineto's default activity set
@@ -1232,6 +1237,14 @@ fn steps_opened_or_closed_on_other_threads_stay_on_the_stepping_threads_row() {
 
 #[test]
 fn ring_records_stay_32_bytes() {
-    // The memory event is split in two records so that every slot stays this size.
+    // The memory event is split in two records so that every slot stays this size (a host event's
+    // total rides in the spare bytes beside the tag).
     assert_eq!(std::mem::size_of::<CpuRecord>(), 32);
+}
+
+#[test]
+fn a_host_total_past_48_bits_does_not_fit_one_slot() {
+    let at = crate::clock::Ticks(1);
+    assert!(CpuRecord::host_memory(at, 1, 1, (1 << 48) - 1).is_some());
+    assert!(CpuRecord::host_memory(at, 1, 1, 1 << 48).is_none());
 }
