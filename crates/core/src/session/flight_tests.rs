@@ -84,17 +84,7 @@ impl Sink for DumpSink {
     }
 }
 
-/// Starts a session made by `make`, waiting its turn while another test's is still ending (the
-/// recorder is process-wide).
-fn start_session(make: impl Fn() -> (SessionConfig, Box<dyn SinkFactory>)) -> Session {
-    loop {
-        let (config, sinks) = make();
-        match Session::start(config, Vec::new(), sinks, None) {
-            Ok(s) => return s,
-            Err(SessionError::AlreadyRunning) => std::thread::sleep(Duration::from_millis(5)),
-        }
-    }
-}
+use super::tests::start_session;
 
 /// A sink that keeps the dump it is given in `out`.
 fn dump_sink(out: &Dumps) -> Box<dyn Sink> {
@@ -124,6 +114,28 @@ fn start(flight: FlightConfig, out: &Dumps) -> Session {
 fn op(step: u64) {
     let name = crate::intern::intern(&format!("op{step}"));
     let _g = crate::recorder::SpanGuard::enter(name, false);
+}
+
+/// Begins an all-reduce on this thread (a collective the hang check watches): its span id.
+fn allreduce_begin() -> u64 {
+    let id = crate::recorder::next_span_id();
+    crate::recorder::push(CpuRecord::Begin {
+        name: crate::intern::intern("c10d::allreduce_"),
+        annotation: false,
+        python: false,
+        start: crate::clock::Ticks::now(),
+        id,
+        args: crate::activity::OpArgs::NONE,
+    });
+    id
+}
+
+/// Ends the span `id` on this thread.
+fn span_end(id: u64) {
+    crate::recorder::push(CpuRecord::End {
+        end: crate::clock::Ticks::now(),
+        id,
+    });
 }
 
 /// Waits (up to a minute: a loaded machine) until `n` dumps are written.
@@ -266,15 +278,7 @@ fn a_hang_in_a_collective_dumps_naming_it() {
         session.step();
     }
     // An all-reduce begins and never ends (its rank's peer never comes); no more steps.
-    let id = crate::recorder::next_span_id();
-    crate::recorder::push(CpuRecord::Begin {
-        name: crate::intern::intern("c10d::allreduce_"),
-        annotation: false,
-        python: false,
-        start: crate::clock::Ticks::now(),
-        id,
-        args: crate::activity::OpArgs::NONE,
-    });
+    let id = allreduce_begin();
     let d = wait_dumps(&out, 1).remove(0);
     assert_eq!(d.get("flight_trigger"), Some("hang"), "{d:?}");
     assert_eq!(d.get("flight_hang_op"), Some("c10d::allreduce_"));
@@ -285,10 +289,7 @@ fn a_hang_in_a_collective_dumps_naming_it() {
     // Once per stall: no second dump while the same step hangs.
     std::thread::sleep(Duration::from_millis(700));
     assert_eq!(out.lock().unwrap().len(), 1);
-    crate::recorder::push(CpuRecord::End {
-        end: crate::clock::Ticks::now(),
-        id,
-    });
+    span_end(id);
     drop(session);
 }
 
@@ -355,20 +356,9 @@ fn a_late_rank_entering_a_collective_is_no_hang() {
     op(1);
     std::thread::sleep(Duration::from_millis(600));
     // The all-reduce is open for a few collector rounds, then completes.
-    let id = crate::recorder::next_span_id();
-    crate::recorder::push(CpuRecord::Begin {
-        name: crate::intern::intern("c10d::allreduce_"),
-        annotation: false,
-        python: false,
-        start: crate::clock::Ticks::now(),
-        id,
-        args: crate::activity::OpArgs::NONE,
-    });
+    let id = allreduce_begin();
     std::thread::sleep(Duration::from_millis(100));
-    crate::recorder::push(CpuRecord::End {
-        end: crate::clock::Ticks::now(),
-        id,
-    });
+    span_end(id);
     session.step();
     std::thread::sleep(Duration::from_millis(200));
     assert!(out.lock().unwrap().is_empty(), "{:?}", out.lock().unwrap());

@@ -50,19 +50,35 @@ fn sinks(out: &Traces) -> Box<dyn SinkFactory> {
     })
 }
 
-fn start(trigger: Trigger, first_step: u64, out: &Traces) -> Session {
+/// Starts a session made by `make`, waiting its turn while another test's is still ending (the
+/// recorder is process-wide). Also the flight tests'.
+pub(super) fn start_session(make: impl Fn() -> (SessionConfig, Box<dyn SinkFactory>)) -> Session {
     loop {
-        let config = SessionConfig {
-            trigger,
-            first_step,
-            log: Arc::new(|_| {}),
-            ..SessionConfig::default()
-        };
-        match Session::start(config, Vec::new(), sinks(out), None) {
+        let (config, sinks) = make();
+        match Session::start(config, Vec::new(), sinks, None) {
             Ok(s) => return s,
             Err(SessionError::AlreadyRunning) => std::thread::sleep(Duration::from_millis(5)),
         }
     }
+}
+
+/// A session's config with no log, on `trigger`.
+fn quiet(trigger: Trigger) -> SessionConfig {
+    SessionConfig {
+        trigger,
+        log: Arc::new(|_| {}),
+        ..SessionConfig::default()
+    }
+}
+
+fn start(trigger: Trigger, first_step: u64, out: &Traces) -> Session {
+    start_session(|| {
+        let config = SessionConfig {
+            first_step,
+            ..quiet(trigger)
+        };
+        (config, sinks(out))
+    })
 }
 
 fn steps(v: &[u64]) -> Vec<String> {
@@ -821,19 +837,13 @@ fn a_requests_framework_options_hold_for_its_window_only() {
         ..Default::default()
     };
     let out = Traces::default();
-    let session = loop {
+    let session = start_session(|| {
         let config = SessionConfig {
-            trigger: Trigger::OnDemand,
             framework: own,
-            log: Arc::new(|_| {}),
-            ..SessionConfig::default()
+            ..quiet(Trigger::OnDemand)
         };
-        let sinks = Box::new(Opens(opened.clone(), out.clone()));
-        match Session::start(config, Vec::new(), sinks, None) {
-            Ok(s) => break s,
-            Err(SessionError::AlreadyRunning) => std::thread::sleep(Duration::from_millis(5)),
-        }
-    };
+        (config, Box::new(Opens(opened.clone(), out.clone())))
+    });
     assert_eq!(session.framework_options(), own);
     session.set_distributed_info(Some(DistributedInfo {
         backend: Some("gloo".into()),
@@ -949,17 +959,7 @@ fn a_capture_cut_by_the_end_of_the_session_names_its_partial_step() {
             Ok(Box::new(PartialSink { out: out.clone() }))
         })
     };
-    let session = loop {
-        let config = SessionConfig {
-            trigger: Trigger::OnDemand,
-            log: Arc::new(|_| {}),
-            ..SessionConfig::default()
-        };
-        match Session::start(config, Vec::new(), factory.clone(), None) {
-            Ok(s) => break s,
-            Err(SessionError::AlreadyRunning) => std::thread::sleep(Duration::from_millis(5)),
-        }
-    };
+    let session = start_session(|| (quiet(Trigger::OnDemand), factory.clone()));
     let (req, done) = with_done(CaptureRequest::new(
         CaptureStart::Now,
         CaptureLength::Steps(2),
@@ -1180,17 +1180,7 @@ fn steps_opened_or_closed_on_other_threads_stay_on_the_stepping_threads_row() {
             }))
         })
     };
-    let session = loop {
-        let config = SessionConfig {
-            trigger: Trigger::OnDemand,
-            log: Arc::new(|_| {}),
-            ..SessionConfig::default()
-        };
-        match Session::start(config, Vec::new(), factory.clone(), None) {
-            Ok(s) => break s,
-            Err(SessionError::AlreadyRunning) => std::thread::sleep(Duration::from_millis(5)),
-        }
-    };
+    let session = start_session(|| (quiet(Trigger::OnDemand), factory.clone()));
     let (to_trainer, trainer_rx) = mpsc::channel::<()>();
     let (to_main, main_rx) = mpsc::channel::<u32>();
     let other = crate::recorder::current_tid();
